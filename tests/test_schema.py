@@ -1,0 +1,116 @@
+"""Schema loading, validation and the engine schemas derived from it."""
+
+import pyarrow as pa
+import pytest
+import tensorflow as tf
+
+from tfrecord_io.schema import Schema, SchemaError
+
+TAXI = """
+record_type: example
+features:
+  - {name: fare, type: float, default: 0.0}
+  - {name: trips, type: int64, required: true}
+  - {name: tags, type: string, shape: [-1], separator: "|"}
+  - {name: emb, type: float, shape: [3], default: [0.0, 0.0, 0.0]}
+  - {name: raw, type: bytes}
+  - {name: tips, type: float}
+label: tips
+csv: {header: false, delimiter: ";", null_values: ["", "NA"]}
+"""
+
+SESSIONS = """
+record_type: sequence_example
+group_by: session_id
+order_by: ts
+context:
+  - {name: session_id, type: string, required: true}
+  - {name: country, type: string, default: "?"}
+sequence:
+  - {name: ts, type: int64}
+  - {name: item, type: string}
+  - {name: scores, type: float, shape: [-1]}
+"""
+
+
+def test_round_trip_through_yaml():
+    s = Schema.from_yaml(TAXI)
+    assert Schema.from_yaml(s.to_yaml()) == s
+    assert s.csv.delimiter == ";" and s.csv.null_values == ("", "NA") and s.csv.header is False
+    assert s.feature("emb").default == (0.0, 0.0, 0.0)
+    assert [f.name for f in s.input_features] == ["fare", "trips", "tags", "emb", "raw", "tips"]
+
+
+def test_load_from_file(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(SESSIONS)
+    s = Schema.load(str(p))
+    assert s.record_type == "sequence_example" and s.group_by == "session_id"
+    assert Schema.load("file://" + str(p)) == s
+
+
+@pytest.mark.parametrize("text, message", [
+    ("features: [{name: a, type: double}]", "unknown type 'double'"),
+    ("features: [{name: a, type: float, colour: red}]", "unknown key(s) ['colour']"),
+    ("features: [{name: a, type: float}, {name: a, type: int64}]", "duplicate feature name 'a'"),
+    ("features: [{name: a, type: int64, default: 1.5}]", "default of type int64 must be an integer, got float"),
+    ("features: [{name: a, type: string, default: 3}]", "default of type string must be a string"),
+    ("features: [{name: a, type: float, shape: [2], default: [1.0]}]", "default must have 2 values, got 1"),
+    ("features: [{name: a, type: float, shape: [-1], default: [1.0]}]", "variable-length list has no default"),
+    ("features: [{name: a, type: float, shape: [0]}]", "shape must be [-1]"),
+    ("features: [{name: a, type: float, separator: '|'}]", "separator is only for list features"),
+    ("features: [{name: a, type: float}]\nlabel: b", "label 'b' names no feature"),
+    ("features: [{name: a, type: float}]\nflavour: x", "unknown top-level key(s) ['flavour']"),
+    ("record_type: table\nfeatures: [{name: a, type: float}]", "unknown record_type 'table'"),
+    ("record_type: sequence_example\ngroup_by: g\nsequence: [{name: a, type: float}]",
+     "group_by 'g' names no context feature"),
+    ("record_type: sequence_example\ncontext: [{name: g, type: string}]\nsequence: [{name: a, type: float}]",
+     "needs 'group_by'"),
+    ("features: [{name: a, type: float}]\ncsv: {delimiter: ';;'}", "delimiter must be one character"),
+    ("features: [", "not valid YAML"),
+])
+def test_validation_errors_name_the_problem(text, message):
+    with pytest.raises(SchemaError) as e:
+        Schema.from_yaml(text, source="conf/x.yaml")
+    assert message in str(e.value)
+    assert "conf/x.yaml" in str(e.value)
+
+
+def test_missing_schema_file_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        Schema.load(str(tmp_path / "nope.yaml"))
+
+
+def test_arrow_schema():
+    s = Schema.from_yaml(TAXI)
+    a = s.arrow_schema()
+    assert a.field("fare").type == pa.float32()
+    assert a.field("trips").type == pa.int64() and not a.field("trips").nullable
+    assert a.field("tags").type == pa.list_(pa.string())
+    assert a.field("raw").type == pa.binary()
+
+
+def test_spark_schema_csv_vs_json():
+    from pyspark.sql import types as T
+
+    s = Schema.from_yaml(TAXI)
+    csv = {f.name: f.dataType for f in s.spark_schema("csv").fields}
+    js = {f.name: f.dataType for f in s.spark_schema("json").fields}
+    assert csv["tags"] == T.StringType() and js["tags"] == T.ArrayType(T.StringType(), True)
+    assert csv["trips"] == T.LongType() and csv["fare"] == T.FloatType()
+    assert js["raw"] == T.BinaryType() and csv["raw"] == T.StringType()
+
+
+def test_parse_spec_example():
+    spec = Schema.from_yaml(TAXI).parse_spec()
+    assert spec["fare"] == tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
+    assert spec["trips"] == tf.io.FixedLenFeature([], tf.int64)
+    assert spec["emb"] == tf.io.FixedLenFeature([3], tf.float32, default_value=[0.0, 0.0, 0.0])
+    assert spec["tags"] == tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64)
+
+
+def test_parse_spec_sequence_example():
+    ctx, seq = Schema.from_yaml(SESSIONS).parse_spec()
+    assert ctx["country"] == tf.io.FixedLenFeature([], tf.string, default_value="?")
+    assert seq["ts"] == tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True)
+    assert seq["scores"] == tf.io.RaggedFeature(tf.float32, row_splits_dtype=tf.int64)

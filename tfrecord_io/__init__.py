@@ -1,0 +1,32 @@
+"""tfrecord-io: CSV/JSON on HDFS or local disk to TFRecords, and back into training.
+
+The package is layered by dependency; heavy engines (TensorFlow, Spark, Beam)
+are imported only by the modules that need them, so ``import tfrecord_io`` is
+cheap.  Public names are loaded lazily on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Schema": "tfrecord_io.schema",
+    "Feature": "tfrecord_io.schema",
+    "SchemaError": "tfrecord_io.schema",
+    "encode_examples": "tfrecord_io.codec",
+    "encode_sequence_examples": "tfrecord_io.codec",
+    "TFRecordWriter": "tfrecord_io.framing",
+    "read_records": "tfrecord_io.framing",
+    "CorruptRecordError": "tfrecord_io.framing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfrecord_io' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

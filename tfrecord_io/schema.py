@@ -1,0 +1,393 @@
+"""One schema drives everything: parsing input, encoding records, and the loader's parse spec.
+
+A schema is YAML (see ``conf/*.yaml`` and ``docs/wire-contract.md``)::
+
+    record_type: example              # example | sequence_example
+    features:                         # example records; for CSV without a header, the column order
+      - {name: fare, type: float, default: 0.0}
+      - {name: tags, type: string, shape: [-1], separator: "|"}
+    label: tips
+    csv: {header: true, delimiter: ",", null_values: [""]}
+
+Sequence-example schemas name ``group_by`` (rows with the same key form one
+record), ``order_by`` (step order) and use ``context:`` / ``sequence:`` lists
+instead of ``features:``.
+
+This module is pure Python: Arrow, Spark and TensorFlow types are derived on
+request, each importing its engine only inside the method that needs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+TYPES = ("int64", "float", "bytes", "string")
+RECORD_TYPES = ("example", "sequence_example")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class SchemaError(ValueError):
+    """A schema file or dict that does not describe a valid schema."""
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How CSV input is read.
+
+    header: the first line of each file names the columns (matched to features by name).
+        Without a header, columns are taken in the schema's feature order.
+    delimiter: one character between fields.
+    quote: the quote character; a quoted field may hold delimiters, quotes (doubled) and newlines.
+    null_values: cell texts read as null (missing).
+    """
+
+    header: bool = True
+    delimiter: str = ","
+    quote: str = '"'
+    null_values: tuple[str, ...] = ("",)
+
+    def __post_init__(self) -> None:
+        if len(self.delimiter) != 1:
+            raise SchemaError(f"csv.delimiter must be one character, got {self.delimiter!r}")
+        if len(self.quote) != 1:
+            raise SchemaError(f"csv.quote must be one character, got {self.quote!r}")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One named, typed column of input and one feature of the output records.
+
+    type: ``int64`` | ``float`` (float32 on the wire) | ``bytes`` | ``string`` (bytes holding UTF-8).
+    shape: ``None`` for a scalar, ``(-1,)`` for a variable-length list, ``(k,)`` for exactly k values.
+    default: what the loader fills in when the feature is missing (scalar, or list for ``(k,)``).
+    required: a null or missing value makes the input row a reject.
+    separator: CSV only; how one cell holds a list (``"a|b|c"``).
+    """
+
+    name: str
+    type: str
+    shape: tuple[int, ...] | None = None
+    default: Any = None
+    required: bool = False
+    separator: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"feature {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"feature name must be a non-empty string, got {self.name!r}")
+        if self.type not in TYPES:
+            raise SchemaError(f"{where}: unknown type {self.type!r}; expected one of {', '.join(TYPES)}")
+        if self.shape is not None:
+            shape = tuple(self.shape)
+            if len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool) \
+                    or (shape[0] != -1 and shape[0] < 1):
+                raise SchemaError(f"{where}: shape must be [-1] (variable-length list) or [k] with k >= 1, "
+                                  f"got {list(shape)!r}")
+            object.__setattr__(self, "shape", shape)
+        if self.separator is not None and (not self.is_list or not isinstance(self.separator, str)
+                                           or not self.separator):
+            raise SchemaError(f"{where}: separator is only for list features (shape [-1] or [k]), "
+                              f"and must be a non-empty string; got {self.separator!r}")
+        if not isinstance(self.required, bool):
+            raise SchemaError(f"{where}: required must be true or false, got {self.required!r}")
+        if self.default is not None:
+            object.__setattr__(self, "default", self._check_default(self.default))
+
+    # -- derived properties ------------------------------------------------------------
+    @property
+    def is_list(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def is_varlen(self) -> bool:
+        return self.shape == (-1,)
+
+    @property
+    def fixed_length(self) -> int | None:
+        """k for shape [k]; None for scalars and variable-length lists."""
+        return self.shape[0] if self.shape is not None and self.shape[0] > 0 else None
+
+    @property
+    def kind(self) -> str:
+        """The ``tf.train.Feature`` oneof this feature is written as."""
+        return {"int64": "int64_list", "float": "float_list"}.get(self.type, "bytes_list")
+
+    def _check_default(self, value: Any) -> Any:
+        where = f"feature {self.name!r}"
+        if self.is_varlen:
+            raise SchemaError(f"{where}: a variable-length list has no default (missing reads as an empty list)")
+        k = self.fixed_length
+        if k is not None:
+            values = value if isinstance(value, (list, tuple)) else [value] * k
+            if len(values) != k:
+                raise SchemaError(f"{where}: default must have {k} values, got {len(values)}")
+            return tuple(self._check_scalar_default(v) for v in values)
+        if isinstance(value, (list, tuple)):
+            raise SchemaError(f"{where}: default of a scalar feature must be a scalar, got {value!r}")
+        return self._check_scalar_default(value)
+
+    def _check_scalar_default(self, v: Any) -> Any:
+        where = f"feature {self.name!r}"
+        expected = {"int64": "an integer", "float": "a number", "bytes": "a string", "string": "a string"}
+        ok = {
+            "int64": isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX,
+            "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+            "bytes": isinstance(v, (str, bytes)),
+            "string": isinstance(v, str),
+        }[self.type]
+        if not ok:
+            raise SchemaError(f"{where}: default of type {self.type} must be {expected[self.type]}, "
+                              f"got {type(v).__name__} {v!r}")
+        if self.type == "float":
+            return float(v)
+        if self.type == "bytes" and isinstance(v, str):
+            return v.encode("utf-8")
+        return v
+
+    # -- engine types --------------------------------------------------------------------
+    def arrow_type(self):
+        """The Arrow type the encoder expects for this feature's column."""
+        import pyarrow as pa
+
+        scalar = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(), "string": pa.string()}[self.type]
+        return pa.list_(scalar) if self.is_list else scalar
+
+    def tf_dtype(self):
+        import tensorflow as tf
+
+        return {"int64": tf.int64, "float": tf.float32}.get(self.type, tf.string)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.shape is not None:
+            out["shape"] = list(self.shape)
+        if self.default is not None:
+            d = self.default
+            conv = (lambda x: x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else x)
+            out["default"] = [conv(x) for x in d] if isinstance(d, tuple) else conv(d)
+        if self.required:
+            out["required"] = True
+        if self.separator is not None:
+            out["separator"] = self.separator
+        return out
+
+
+_FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)}
+_CSV_KEYS = {f.name for f in dataclasses.fields(CsvOptions)}
+_TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence"}
+
+
+def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
+    if not isinstance(items, list) or not items:
+        raise SchemaError(f"'{section}' must be a non-empty list of features")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise SchemaError(f"{section}[{i}] must be a mapping with name and type, got {item!r}")
+        unknown = set(item) - _FEATURE_KEYS
+        if unknown:
+            raise SchemaError(f"{section}[{i}] ({item.get('name')!r}): unknown key(s) {sorted(unknown)}; "
+                              f"allowed: {sorted(_FEATURE_KEYS)}")
+        missing = {"name", "type"} - set(item)
+        if missing:
+            raise SchemaError(f"{section}[{i}]: missing key(s) {sorted(missing)}")
+        kwargs = dict(item)
+        if kwargs.get("shape") is not None:
+            if not isinstance(kwargs["shape"], (list, tuple)):
+                raise SchemaError(f"{section}[{i}] ({item['name']!r}): shape must be a list like [-1] or [3]")
+            kwargs["shape"] = tuple(kwargs["shape"])
+        out.append(Feature(**kwargs))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A validated schema.  Build with :meth:`load`, :meth:`from_yaml` or :meth:`from_dict`.
+
+    For ``example`` records, ``features`` are the record's features in input column order.
+    For ``sequence_example`` records, ``context`` holds one value per group and ``sequence``
+    one value (or list) per step; ``group_by`` names a context feature and ``order_by`` a
+    sequence or context feature.
+    """
+
+    record_type: str = "example"
+    features: tuple[Feature, ...] = ()
+    label: str | None = None
+    csv: CsvOptions = field(default_factory=CsvOptions)
+    group_by: str | None = None
+    order_by: str | None = None
+    context: tuple[Feature, ...] = ()
+    sequence: tuple[Feature, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.record_type not in RECORD_TYPES:
+            raise SchemaError(f"unknown record_type {self.record_type!r}; expected one of {', '.join(RECORD_TYPES)}")
+        if self.record_type == "example":
+            if not self.features:
+                raise SchemaError("an example schema needs a non-empty 'features' list")
+            if self.context or self.sequence or self.group_by or self.order_by:
+                raise SchemaError("context/sequence/group_by/order_by are for record_type: sequence_example")
+        else:
+            if self.features:
+                raise SchemaError("a sequence_example schema uses 'context' and 'sequence', not 'features'")
+            if not self.sequence:
+                raise SchemaError("a sequence_example schema needs a non-empty 'sequence' list")
+            if not self.group_by:
+                raise SchemaError("a sequence_example schema needs 'group_by'")
+            if self.group_by not in {f.name for f in self.context}:
+                raise SchemaError(f"group_by {self.group_by!r} names no context feature; "
+                                  f"context features: {[f.name for f in self.context]}")
+            if self.order_by is not None and self.order_by not in {f.name for f in self.input_features}:
+                raise SchemaError(f"order_by {self.order_by!r} names no feature; "
+                                  f"features: {[f.name for f in self.input_features]}")
+        seen: set[str] = set()
+        for f in self.input_features:
+            if f.name in seen:
+                raise SchemaError(f"duplicate feature name {f.name!r}")
+            seen.add(f.name)
+        if self.label is not None and self.label not in seen:
+            raise SchemaError(f"label {self.label!r} names no feature; features: {sorted(seen)}")
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Schema":
+        if not isinstance(d, Mapping):
+            raise SchemaError(f"a schema must be a mapping at the top level, got {type(d).__name__}")
+        unknown = set(d) - _TOP_KEYS
+        if unknown:
+            raise SchemaError(f"unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+        csv = d.get("csv") or {}
+        if not isinstance(csv, Mapping):
+            raise SchemaError(f"'csv' must be a mapping, got {csv!r}")
+        bad = set(csv) - _CSV_KEYS
+        if bad:
+            raise SchemaError(f"unknown csv option(s) {sorted(bad)}; allowed: {sorted(_CSV_KEYS)}")
+        csv = dict(csv)
+        if "null_values" in csv:
+            nv = csv["null_values"]
+            if not isinstance(nv, list) or not all(isinstance(x, str) for x in nv):
+                raise SchemaError(f"csv.null_values must be a list of strings, got {nv!r}")
+            csv["null_values"] = tuple(nv)
+        record_type = d.get("record_type", "example")
+        kwargs: dict[str, Any] = dict(record_type=record_type, label=d.get("label"), csv=CsvOptions(**csv),
+                                      group_by=d.get("group_by"), order_by=d.get("order_by"))
+        if "features" in d:
+            kwargs["features"] = _features_from(d["features"], "features")
+        if "context" in d:
+            kwargs["context"] = _features_from(d["context"], "context")
+        if "sequence" in d:
+            kwargs["sequence"] = _features_from(d["sequence"], "sequence")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "<string>") -> "Schema":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SchemaError(f"{source}: not valid YAML: {e}") from e
+        try:
+            return cls.from_dict(data)
+        except SchemaError as e:
+            raise SchemaError(f"{source}: {e}") from e
+
+    @classmethod
+    def load(cls, path_or_uri: str) -> "Schema":
+        """Read a YAML schema from a local path, ``file://`` or ``hdfs://`` URI."""
+        from tfrecord_io import fs
+
+        with fs.open(str(path_or_uri), "rb") as f:
+            text = f.read().decode("utf-8")
+        return cls.from_yaml(text, source=str(path_or_uri))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"record_type": self.record_type}
+        if self.record_type == "example":
+            out["features"] = [f.to_dict() for f in self.features]
+        else:
+            out["group_by"] = self.group_by
+            if self.order_by:
+                out["order_by"] = self.order_by
+            if self.context:
+                out["context"] = [f.to_dict() for f in self.context]
+            out["sequence"] = [f.to_dict() for f in self.sequence]
+        if self.label:
+            out["label"] = self.label
+        csv = dataclasses.asdict(self.csv)
+        csv["null_values"] = list(csv["null_values"])
+        out["csv"] = csv
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    # -- views ------------------------------------------------------------------------
+    @property
+    def input_features(self) -> tuple[Feature, ...]:
+        """Every input column, in input order (features, or context then sequence)."""
+        return self.features if self.record_type == "example" else self.context + self.sequence
+
+    def feature(self, name: str) -> Feature:
+        for f in self.input_features:
+            if f.name == name:
+                return f
+        raise KeyError(f"no feature named {name!r}; features: {[f.name for f in self.input_features]}")
+
+    # -- derived engine schemas -----------------------------------------------------------
+    def arrow_schema(self):
+        """Arrow schema of the *input rows* the encoder accepts (one row per input line)."""
+        import pyarrow as pa
+
+        return pa.schema([pa.field(f.name, f.arrow_type(), nullable=not f.required)
+                          for f in self.input_features])
+
+    def spark_schema(self, input_format: str = "json"):
+        """The ``StructType`` Spark reads CSV or JSON input with (no inference pass).
+
+        CSV cells are text, so a list feature read from CSV is a string column split on
+        its ``separator`` afterwards; JSON carries lists natively as arrays.
+        """
+        from pyspark.sql import types as T
+
+        scalar = {"int64": T.LongType(), "float": T.FloatType(), "bytes": T.BinaryType(), "string": T.StringType()}
+        if input_format == "csv":
+            scalar = dict(scalar, bytes=T.StringType())  # CSV cells are text; bytes columns hold their UTF-8
+        fields = []
+        for f in self.input_features:
+            if f.is_list:
+                dtype = T.StringType() if input_format == "csv" else T.ArrayType(scalar[f.type], True)
+            else:
+                dtype = scalar[f.type]
+            fields.append(T.StructField(f.name, dtype, True))
+        return T.StructType(fields)
+
+    def parse_spec(self):
+        """The ``tf.io.parse_example`` spec, or ``(context, sequence)`` specs for sequence examples.
+
+        Scalars are ``FixedLenFeature([])`` (with the schema default when given: a record
+        missing a scalar with no default fails to parse, naming the feature); ``[k]`` lists
+        are ``FixedLenFeature([k])``; ``[-1]`` lists are ``RaggedFeature``.  Sequence
+        features are ``FixedLenSequenceFeature`` (scalar/[k] steps) or ``RaggedFeature``.
+        """
+        import tensorflow as tf
+
+        def spec(f: Feature, in_sequence: bool = False):
+            dtype = f.tf_dtype()
+            if f.is_varlen:
+                return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+            shape = [] if f.shape is None else list(f.shape)
+            if in_sequence:
+                return tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing=True)
+            default = f.default
+            if isinstance(default, tuple):
+                default = list(default)
+            return tf.io.FixedLenFeature(shape, dtype, default_value=default)
+
+        if self.record_type == "example":
+            return {f.name: spec(f) for f in self.features}
+        return ({f.name: spec(f) for f in self.context},
+                {f.name: spec(f, in_sequence=True) for f in self.sequence})
+
