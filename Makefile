@@ -1,0 +1,35 @@
+# tfrecord-io: every target does its own set-up on a fresh machine (Python 3.11, Java 17, Maven).
+#   make demo   set up, then convert the demo data and train on it (see README)
+#   make test   set up, then run the whole test suite (what CI runs)
+#   make bench  set up, then run every benchmark in benchmarks/ and print its ratio table
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench hadoop clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+# The Apache Hadoop 3.5.0 jars for the local HDFS, resolved by Maven into ~/.cache/tfrecord-io.
+hadoop: $(STAMP)
+	$(VENV)/bin/tfrecord-io hdfs-local fetch
+
+setup: $(STAMP) hadoop
+
+demo: setup
+	$(VENV)/bin/tfrecord-io demo
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache demo-output

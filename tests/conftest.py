@@ -1,0 +1,68 @@
+"""Shared test rig: real HDFS (hdfs_fixtures), real Spark in local mode and via spark-submit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["hdfs_fixtures"]
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+# Executors must start this interpreter (the venv's); any other Python fails with
+# "No module named 'pyarrow'" the first time a task runs Python code.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Let TF be quiet in test logs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _spark_conf() -> dict[str, str]:
+    return {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.driver.memory": "2g",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real SparkSession in local[2] mode, shared by the session."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName("tfrecord-io-tests")
+    for k, v in _spark_conf().items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+def spark_submit(args: list[str], *, master: str = "local[2]", conf: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 600, check: bool = True,
+                 extra: list[str] = ()) -> subprocess.CompletedProcess:
+    """Run ``spark-submit`` (pyspark's own) as a subprocess, as a user would, and return the result."""
+    cmd = [str(VENV_BIN / "spark-submit"), "--master", master]
+    for k, v in {**_spark_conf(), **(conf or {})}.items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [*extra, *args]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"spark-submit failed ({proc.returncode}): {' '.join(cmd)}\n"
+                             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def submit():
+    """The spark-submit helper as a fixture (``submit([script, args...])``)."""
+    return spark_submit

@@ -1,0 +1,186 @@
+"""The output contract shared by every converter (Spark job, Beam pipeline), and its commit protocol.
+
+A finished output directory holds::
+
+    part-00000-of-00004.tfrecord[.gz|.zlib]   the records, one file per shard
+    _rejects/part-00000.jsonl                  rows that did not convert, one JSON object each:
+                                               {"source", "line", "raw", "reason"}
+    _manifest.json                             files with record counts and sizes, totals, schema
+    _SUCCESS                                   written last: the output is complete
+
+Exactly-once: a task attempt writes only under ``_temporary/<attempt>/`` and reports what
+it wrote.  The driver, once the whole job has succeeded, moves exactly one reported
+attempt per shard into place (Spark and Beam report only the winning attempt of a task),
+deletes ``_temporary`` with whatever failed or losing attempts left there, and writes
+``_manifest.json`` and then ``_SUCCESS``.  Readers that wait for ``_SUCCESS`` never see a
+partial output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from tfrecord_io import fs
+from tfrecord_io.framing import TFRecordWriter, extension_for, normalize_compression
+
+MANIFEST = "_manifest.json"
+SUCCESS = "_SUCCESS"
+REJECTS = "_rejects"
+TEMPORARY = "_temporary"
+MANIFEST_VERSION = 1
+DEFAULT_MAX_REJECT_FRACTION = 0.01
+
+
+def shard_name(index: int, num_shards: int, compression: str = "none") -> str:
+    """``part-00003-of-00008.tfrecord`` (+ ``.gz`` / ``.zlib`` when compressed)."""
+    return f"part-{index:05d}-of-{num_shards:05d}.tfrecord{extension_for(compression)}"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What one task attempt wrote: ``temp_path`` (absolute URI) and where it goes when committed."""
+
+    temp_path: str
+    final_name: str  # relative to the output directory
+    records: int
+    bytes: int
+
+
+@dataclass
+class ConversionTotals:
+    """Counts that must reconcile: ``input_rows == converted_rows + rejected``.
+
+    For Examples each converted row is one record.  For SequenceExamples a record holds a
+    group of rows, so ``rows_in_records`` counts the rows that went into records.
+    """
+
+    input_rows: int = 0
+    records: int = 0
+    rejected: int = 0
+    rows_in_records: int | None = None
+
+    @property
+    def converted_rows(self) -> int:
+        return self.records if self.rows_in_records is None else self.rows_in_records
+
+    def as_dict(self) -> dict:
+        out = {"input_rows": self.input_rows, "records": self.records, "rejected": self.rejected}
+        if self.rows_in_records is not None:
+            out["rows_in_records"] = self.rows_in_records
+        return out
+
+
+class RejectLimitExceeded(RuntimeError):
+    """More of the input was rejected than ``--max-reject-fraction`` allows."""
+
+
+def prepare_output(output: str, *, overwrite: bool) -> None:
+    """Refuse an existing non-empty output unless ``overwrite`` (then delete it first)."""
+    if fs.exists(output):
+        if not fs.isdir(output):
+            raise FileExistsError(f"output {output} exists and is a file")
+        if fs.ls(output):
+            if not overwrite:
+                raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
+            fs.delete(output, recursive=True)
+    fs.makedirs(output)
+
+
+def attempt_dir(output: str, attempt: str) -> str:
+    return fs.join(output, TEMPORARY, attempt)
+
+
+def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str) -> WrittenFile:
+    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file."""
+    temp_path = fs.join(attempt_dir(output, attempt), final_name)
+    with fs.open(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
+        for batch in records:
+            w.write_batch(batch)
+    return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
+
+
+def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str) -> WrittenFile | None:
+    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none)."""
+    temp_path = fs.join(attempt_dir(output, attempt), REJECTS, final_name)
+    count = size = 0
+    f = None
+    try:
+        for row in lines:
+            if f is None:
+                f = fs.open(temp_path, "wb")
+            data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            f.write(data)
+            count += 1
+            size += len(data)
+    finally:
+        if f is not None:
+            f.close()
+    return WrittenFile(temp_path, f"{REJECTS}/{final_name}", count, size) if count else None
+
+
+def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float) -> None:
+    if totals.input_rows != totals.converted_rows + totals.rejected:
+        raise RuntimeError(f"counts do not reconcile: {totals.input_rows} input rows != "
+                           f"{totals.converted_rows} converted + {totals.rejected} rejected")
+    if totals.input_rows and totals.rejected / totals.input_rows > max_reject_fraction:
+        raise RejectLimitExceeded(
+            f"{totals.rejected} of {totals.input_rows} input rows were rejected "
+            f"({totals.rejected / totals.input_rows:.2%}), more than --max-reject-fraction "
+            f"{max_reject_fraction:g}; see the reasons under _temporary/*/{REJECTS}/ (output not committed)")
+
+
+def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
+           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+    """Move the winning attempts' files into place, then write ``_manifest.json`` and ``_SUCCESS``.
+
+    ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
+    commits nothing) when too much was rejected.
+    """
+    names = [f.final_name for f in files]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"more than one attempt reported for a shard: {sorted(names)}")
+    if sum(f.records for f in files) != totals.records:
+        raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, "
+                           f"the job counted {totals.records}")
+    check_reject_fraction(totals, max_reject_fraction)
+    for f in (*files, *rejects):
+        fs.rename(f.temp_path, fs.join(output, f.final_name))
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    manifest = {
+        "format_version": MANIFEST_VERSION,
+        "engine": engine,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "record_type": schema.record_type,
+        "compression": normalize_compression(compression),
+        "schema": schema.to_dict(),
+        "files": [{"path": f.final_name, "records": f.records, "bytes": f.bytes}
+                  for f in sorted(files, key=lambda f: f.final_name)],
+        "rejects": [{"path": f.final_name, "rows": f.records} for f in sorted(rejects, key=lambda f: f.final_name)],
+        "totals": totals.as_dict(),
+    }
+    with fs.open(fs.join(output, MANIFEST), "wb") as f:
+        f.write(json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8"))
+    with fs.open(fs.join(output, SUCCESS), "wb"):
+        pass
+    return manifest
+
+
+def read_manifest(output: str) -> dict:
+    """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent)."""
+    path = fs.join(output, MANIFEST)
+    try:
+        with fs.open(path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from e
+    if manifest.get("format_version") != MANIFEST_VERSION:
+        raise ValueError(f"{path}: unsupported manifest format_version {manifest.get('format_version')!r}")
+    return manifest
+
+
+def written_file_dict(f: WrittenFile) -> dict:
+    """A WrittenFile as a plain dict (for returning through Spark rows / Beam elements)."""
+    return asdict(f)
