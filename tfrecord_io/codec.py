@@ -171,6 +171,8 @@ def _varint_piece(values, present: np.ndarray | None = None):
     lo, hi = v.min(), v.max()
     if lo == hi:
         return _Const(_varint_bytes(int(lo)), present)
+    if hi < 0x80:  # every value fits one byte (most lengths)
+        return _Padded(v.astype(np.uint8).reshape(-1, 1), 1, present)
     sizes = _varint_sizes(v)
     return _Padded(_varint_matrix(v, sizes), sizes, present)
 
