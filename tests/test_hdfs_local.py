@@ -1,0 +1,134 @@
+"""The local single-node HDFS: readiness, both protocols, the generated conf, and the CLI."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import hdfs as webhdfs
+import hdfs_native
+import pytest
+
+from tfrecord_io import hdfs_local
+
+TFRECORD_IO = Path(sys.executable).parent / "tfrecord-io"
+
+
+def _conf(path: Path) -> dict[str, str]:
+    return {p.findtext("name"): p.findtext("value") for p in ET.parse(path).getroot()}
+
+
+def test_cluster_is_ready(hdfs):
+    assert hdfs.is_ready()
+    query = "/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState"
+    with urllib.request.urlopen(hdfs.webhdfs_url + query, timeout=10) as r:
+        state = json.load(r)["beans"][0]
+    assert state["FSState"] == "Operational"
+    assert state["NumLiveDataNodes"] == 1
+    assert re.fullmatch(r"hdfs://127\.0\.0\.1:\d+", hdfs.namenode_uri)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", hdfs.webhdfs_url)
+    assert hdfs.user == getpass.getuser()
+    assert hdfs.log_path.is_file() and "READY" in hdfs.log_path.read_text()
+
+
+def test_status_finds_the_running_cluster(hdfs):
+    found = hdfs_local.status(hdfs.base_dir)
+    assert found == hdfs  # same addresses, user and pid (the process handle is not compared)
+
+
+def test_native_and_webhdfs_see_the_same_files(hdfs):
+    native = hdfs_native.Client(hdfs.namenode_uri)
+    web = webhdfs.InsecureClient(hdfs.webhdfs_url, user=hdfs.user)
+    base = f"/roundtrip-{uuid.uuid4().hex}"
+    payload = os.urandom(3 * 1024 * 1024 + 17)  # spans blocks (1 MiB)
+
+    with native.create(f"{base}/native.bin") as w:
+        w.write(payload)
+    with web.read(f"{base}/native.bin") as r:  # follows the redirect to the DataNode
+        assert r.read() == payload
+
+    web.write(f"{base}/web.bin", data=payload[::-1])
+    assert native.read(f"{base}/web.bin").read() == payload[::-1]
+    assert sorted(web.list(base)) == ["native.bin", "web.bin"]
+    assert native.get_file_info(f"{base}/web.bin").blocksize == 1024 * 1024
+
+
+def test_conf_dir_configures_a_client(hdfs):
+    core, site = _conf(hdfs.conf_dir / "core-site.xml"), _conf(hdfs.conf_dir / "hdfs-site.xml")
+    assert core["fs.defaultFS"] == hdfs.namenode_uri
+    assert site["dfs.namenode.rpc-address"] == hdfs.namenode_uri.removeprefix("hdfs://")
+    assert site["dfs.namenode.http-address"] == hdfs.webhdfs_url.removeprefix("http://")
+    client = hdfs_native.Client(config_dir=str(hdfs.conf_dir))  # no URL: fs.defaultFS
+    assert client.get_file_info("/").isdir
+
+
+def test_permissions_are_enforced(hdfs, monkeypatch):
+    path = f"/private-{uuid.uuid4().hex}"
+    admin = hdfs_native.Client(hdfs.namenode_uri)
+    admin.mkdirs(path, 0o700)
+    monkeypatch.setenv("HADOOP_USER_NAME", "someoneelse")
+    with pytest.raises(Exception, match="AccessControlException"):
+        list(hdfs_native.Client(hdfs.namenode_uri).list_status(path))
+
+
+def test_fetch_jars_is_idempotent():
+    started = time.monotonic()
+    jars = hdfs_local.fetch_jars()
+    assert hdfs_local.fetch_jars() == jars
+    assert time.monotonic() - started < 5
+    assert any(jars.glob("hadoop-client-minicluster-3.5.0.jar"))
+
+
+def test_missing_tools_are_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither java nor mvn
+    with pytest.raises(hdfs_local.HdfsLocalError, match=r"`java`.*install"):
+        hdfs_local.start(tmp_path / "cluster")
+    monkeypatch.setenv("TFRECORD_IO_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(hdfs_local.HdfsLocalError, match=r"`mvn`.*install.*[Mm]aven"):
+        hdfs_local.fetch_jars()
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    run = subprocess.run([str(TFRECORD_IO), "hdfs-local", *args], capture_output=True, text=True,
+                         timeout=300)
+    if check and run.returncode != 0:
+        raise AssertionError(f"tfrecord-io hdfs-local {' '.join(args)} failed:\n"
+                             f"{run.stdout}\n{run.stderr}")
+    return run
+
+
+def test_cli_start_status_stop(tmp_path):
+    """One extra cluster, started by the CLI, must outlive the command and stop on request."""
+    base = str(tmp_path / "cli-cluster")
+    try:
+        out = _cli("start", "--dir", base).stdout
+        uri = re.search(r"hdfs://127\.0\.0\.1:\d+", out).group(0)
+        web = re.search(r"http://127\.0\.0\.1:\d+", out).group(0)
+        conf = re.search(r"export HADOOP_CONF_DIR=(\S+)", out).group(1)
+        assert _conf(Path(conf) / "core-site.xml")["fs.defaultFS"] == uri
+
+        # The command has returned; the cluster keeps serving both protocols.
+        assert hdfs_native.Client(uri).get_file_info("/").isdir
+        assert webhdfs.InsecureClient(web).status("/")["type"] == "DIRECTORY"
+
+        status = _cli("status", "--dir", base)
+        assert "ready" in status.stdout and uri in status.stdout
+        again = _cli("start", "--dir", base, check=False)
+        assert again.returncode == 1 and "already running" in again.stderr
+
+        assert "stopped" in _cli("stop", "--dir", base).stdout
+        assert _cli("status", "--dir", base, check=False).returncode == 1
+        with pytest.raises(ConnectionRefusedError):  # nothing listens on the RPC port any more
+            socket.create_connection(("127.0.0.1", int(uri.rsplit(":", 1)[1])), timeout=5)
+    finally:
+        hdfs_local.stop(base)
