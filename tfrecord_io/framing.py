@@ -647,6 +647,17 @@ def _inflate(chunks: Iterator[bytes], compression: str, name: str) -> Iterator[b
         raise fail("stream is truncated (no end-of-stream marker)")
 
 
+def _fill(chunks: Iterator[bytes], keep: bytes, need: int) -> tuple[bytes, int]:
+    """``keep`` plus as many further chunks as it takes to hold ``need`` bytes (fewer at the end)."""
+    pieces, avail = [keep], len(keep)
+    for chunk in chunks:
+        pieces.append(chunk)
+        avail += len(chunk)
+        if avail >= need:
+            break
+    return b"".join(pieces), avail
+
+
 def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
                    with_offsets: bool) -> Iterator[Any]:
     """Parse framed records out of a stream of byte chunks.
@@ -667,14 +678,8 @@ def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
     while True:
         avail = len(buf) - pos
         if avail < HEADER_SIZE:
-            pieces = [buf[pos:]]
-            for chunk in chunks:
-                pieces.append(chunk)
-                avail += len(chunk)
-                if avail >= HEADER_SIZE:
-                    break
             base += pos
-            buf = b"".join(pieces)
+            buf, avail = _fill(chunks, buf[pos:], HEADER_SIZE)
             pos = 0
             if avail < HEADER_SIZE:
                 if avail == 0:
@@ -697,14 +702,8 @@ def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
                 f"for length field {length}")
         need = HEADER_SIZE + length + FOOTER_SIZE
         if avail < need:
-            pieces = [buf[pos:]]
-            for chunk in chunks:
-                pieces.append(chunk)
-                avail += len(chunk)
-                if avail >= need:
-                    break
             base += pos
-            buf = b"".join(pieces)
+            buf, avail = _fill(chunks, buf[pos:], need)
             pos = 0
             if avail < need:
                 if avail < HEADER_SIZE + length:
