@@ -18,6 +18,9 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
      "start, stop or query a single-node HDFS on loopback (for tests and trying things out)"),
     ("infer-schema", "tfrecord_io.infer",
      "read a sample of CSV or JSON input and print an editable YAML schema"),
+    ("inspect", "tfrecord_io.inspect_cmd", "show a TFRecord source's files, record count, schema and first records"),
+    ("verify", "tfrecord_io.verify", "check every record's CRCs, the manifest's counts and sizes, and the schema"),
+    ("stats", "tfrecord_io.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),
 )
 
 
