@@ -93,24 +93,33 @@ def attempt_dir(output: str, attempt: str) -> str:
     return fs.join(output, TEMPORARY, attempt)
 
 
-def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str) -> WrittenFile:
-    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file."""
+def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str, *,
+                opener=None) -> WrittenFile:
+    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file.
+
+    ``opener(uri, "wb")`` opens it (default :func:`tfrecord_io.fs.open`; Beam passes its FileSystems).
+    """
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
-    with fs.open(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
+    open_file = opener or fs.open
+    with open_file(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
         for batch in records:
             w.write_batch(batch)
     return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
 
 
-def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str) -> WrittenFile | None:
-    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none)."""
+def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str, *,
+                  opener=None) -> WrittenFile | None:
+    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none).
+
+    ``opener`` as for :func:`write_shard`.
+    """
     temp_path = fs.join(attempt_dir(output, attempt), REJECTS, final_name)
     count = size = 0
     f = None
     try:
         for row in lines:
             if f is None:
-                f = fs.open(temp_path, "wb")
+                f = (opener or fs.open)(temp_path, "wb")
             data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
             f.write(data)
             count += 1
@@ -146,6 +155,8 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
         raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, "
                            f"the job counted {totals.records}")
     check_reject_fraction(totals, max_reject_fraction)
+    if rejects:  # renames do not create parent directories (locally or on HDFS)
+        fs.makedirs(fs.join(output, REJECTS))
     for f in (*files, *rejects):
         fs.rename(f.temp_path, fs.join(output, f.final_name))
     fs.delete(fs.join(output, TEMPORARY), recursive=True)

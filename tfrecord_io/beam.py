@@ -1,0 +1,849 @@
+"""The Beam pipeline: CSV / JSON Lines -> TFRecords of tf.train.Example or SequenceExample.
+
+Same contract as the Spark job (``tfrecord_io.output``): the same schema, parser
+(:mod:`tfrecord_io.csv_arrow`), encoder (:mod:`tfrecord_io.codec`) and output layout
+(``part-*``, ``_rejects/``, ``_manifest.json``, ``_SUCCESS`` last), the same reject threshold
+and the same refusal to overwrite.  Entry points: :func:`run_conversion` (library) and
+``python -m pipelines.to_tfrecord`` (command line).
+
+Pipeline (Example records)::
+
+    Create(input files) -> ReadFile: csv_arrow batches ----------------------> rejects
+                             | typed Arrow rows, sliced into num_shards pieces
+                             v
+                       GroupByKey(shard) -> WriteShard: encode_examples + write_shard
+                             -> {shard files} + {reject files} + {row counts} -> report
+
+SequenceExample records add a ``GroupByKey`` on the ``group_by`` value before encoding:
+``ReadFile`` emits each group's rows of a batch as one element keyed by the group (and each
+rejected row whose key is known, so that it can reject its group), and
+``BuildSequenceExamples`` builds the records, with the Spark job's rules:
+
+* steps are ordered by ``order_by`` (nulls first), ties by file, then line;
+* a group longer than ``--max-steps`` (default 10,000) is split into consecutive records of
+  at most that many steps, each carrying the context (the *huge-group policy*, as in Spark);
+* the context comes from a record's first step; a record whose steps disagree on a context
+  value is rejected whole, and so is a record with any rejected row among its steps (a
+  sequence is never written with a step missing); a row without a ``group_by`` key is
+  rejected on its own;
+* records are encoded in batches with ``encode_sequence_examples`` and all records of a group
+  go to one shard (a stable hash of the key), consecutively, for the same
+  ``GroupByKey(shard) -> WriteShard`` tail.
+
+Memory: Beam's Python SDK has no sorted-values ``GroupByKey``, so a group's rows are held by
+one worker while its steps are sorted (as compact tuples, ~100 bytes per step); the records
+built from them are at most ``--max-steps`` steps each.
+
+Exactly-once: every write goes to ``<output>/_temporary/beam-<run>-<uuid>/`` with a fresh
+uuid per shard write (a retried bundle writes a new attempt).  The last step writes a
+*report* (``_temporary/beam-<run>.report.json``): the files that the committed bundles
+wrote, and the row counts.  After the pipeline succeeds, the driver reads that report and
+calls :func:`tfrecord_io.output.commit`, which moves exactly those files into place, deletes
+``_temporary`` (with any failed or duplicate attempts), checks the reject fraction and
+writes ``_manifest.json`` and then ``_SUCCESS``.
+
+Filesystems: bulk data goes through Beam's own FileSystems on the workers -- input files are
+read and shard/reject/report files written through ``apache_beam.io.filesystems`` (Beam's
+``HadoopFileSystem`` over WebHDFS for ``hdfs://``, configured by ``--hdfs_host``,
+``--hdfs_port`` (the NameNode's *HTTP* port) and ``--hdfs_user``).  Metadata on the driver --
+listing the inputs, refusing/clearing the output, the commit's renames and deletes, the
+manifest and ``_SUCCESS`` -- goes through :mod:`tfrecord_io.fs` (hdfs-native RPC), the same
+code the Spark driver uses, so both engines read the same files and commit identically.
+URIs are always full ``hdfs://namenode:rpc-port/path`` URIs (as for Spark); Beam's client
+(``hdfs_full_urls``, which this module sets itself) ignores their authority and talks to
+``--hdfs_host:--hdfs_port``, so the driver checks that both see the output directory before
+starting.  Without ``--hdfs_*`` options the WebHDFS
+address comes from ``$HADOOP_CONF_DIR/hdfs-site.xml`` (``dfs.namenode.http-address``) and
+the user from ``HADOOP_USER_NAME`` or the OS user.
+
+Runner-agnostic: transforms carry everything they need (schema, output URI, HDFS settings)
+and pickle; they read no driver state and use no local temp paths.  Beam 2.77's
+``DirectRunner`` is a ``SwitchingDirectRunner`` that first tries Prism (downloading a binary)
+and falls back to the in-process ``FnApiRunner``, saying so at INFO only; pass
+``--runner=FnApiRunner`` to skip the Prism attempt.  :func:`runner_that_ran` tells from the
+pipeline result which runner actually ran, and the final log line says it.
+
+Counters (Beam metrics, namespace ``tfrecord_io``): ``rows_read``, ``rows_rejected``,
+``records_written``, ``bytes_written``, ``files_read`` and ``sequence_examples``.  The driver
+takes its totals from the report, checks them against the committed counters where the runner
+reports those, and logs one final line: runner, rows read, records, files, rejects.
+
+Parallelism: a file is read by one worker (CSV records cannot be found from an arbitrary
+offset when quoted fields may hold line breaks); its rows are then spread over the shards, so
+encoding and writing run in parallel even for a single large file.
+
+CSV line breaks: as in the Spark job, records are lines unless ``--multiline``; then quoted
+fields may hold line breaks (pyarrow streams them: unlike Spark's ``multiLine``, files are
+still never read whole).  See :mod:`tfrecord_io.csv_arrow` for every parsing rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import logging
+import math
+import os
+import time
+import uuid
+import xml.etree.ElementTree as ET
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import HadoopFileSystemOptions, PipelineOptions, StandardOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from tfrecord_io import csv_arrow, fs, output
+from tfrecord_io.codec import encode_examples, encode_sequence_examples, row_errors
+from tfrecord_io.framing import normalize_compression
+from tfrecord_io.schema import Schema
+
+__all__ = [
+    "BeamFiles", "Conversion", "ConversionResult", "DEFAULT_MAX_STEPS", "METRICS_NAMESPACE",
+    "auto_num_shards", "build_pipeline", "input_files", "run_conversion", "runner_that_ran",
+]
+
+log = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "tfrecord_io"
+DEFAULT_MAX_STEPS = 10_000  # the Spark job's default
+TARGET_SHARD_BYTES = 128 * 1024 * 1024  # input bytes per shard when --num-shards is not given (as Spark)
+MAX_AUTO_SHARDS = 1000
+_GROUP_FLUSH_ROWS = 65_536  # rows of built groups buffered before one encode call
+_GROUP_FLUSH_GROUPS = 4_096
+
+
+# ---------------------------------------------------------------------------------------
+# Beam's FileSystems with explicit settings
+# ---------------------------------------------------------------------------------------
+class BeamFiles:
+    """Beam FileSystems for local paths, ``file://`` and ``hdfs://`` URIs; picklable.
+
+    Carries the WebHDFS settings itself instead of relying on the pipeline options a runner
+    may or may not hand to its workers, and builds ``HadoopFileSystem`` once per process.
+    Paths in and out are in our spelling (full ``hdfs://host:port/path``, ``file://``).
+    """
+
+    def __init__(self, hdfs_host: str | None = None, hdfs_port: int | None = None, hdfs_user: str | None = None):
+        self.hdfs_host, self.hdfs_port, self.hdfs_user = hdfs_host, hdfs_port, hdfs_user
+        self._hdfs = None
+
+    def __getstate__(self):
+        return {"hdfs_host": self.hdfs_host, "hdfs_port": self.hdfs_port, "hdfs_user": self.hdfs_user}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __repr__(self):
+        return f"BeamFiles(hdfs={self.hdfs_host}:{self.hdfs_port}, user={self.hdfs_user})"
+
+    @property
+    def has_hdfs(self) -> bool:
+        return bool(self.hdfs_host and self.hdfs_port and self.hdfs_user)
+
+    def _filesystem(self, uri: str):
+        """(Beam FileSystem, the path in Beam's spelling) for ``uri``."""
+        if uri.startswith("hdfs://"):
+            if not self.has_hdfs:
+                raise ValueError(f"{uri}: hdfs:// needs --hdfs_host, --hdfs_port (the NameNode's WebHDFS "
+                                 f"HTTP port) and --hdfs_user, or HADOOP_CONF_DIR with dfs.namenode.http-address")
+            if self._hdfs is None:
+                from apache_beam.io.hadoopfilesystem import HadoopFileSystem
+
+                self._hdfs = HadoopFileSystem(PipelineOptions(
+                    hdfs_host=self.hdfs_host, hdfs_port=int(self.hdfs_port), hdfs_user=self.hdfs_user,
+                    hdfs_full_urls=True))
+            # Beam's full-URL form needs an authority; ours may be empty (hdfs:///path).
+            return self._hdfs, ("hdfs://_" + uri[len("hdfs://"):] if uri.startswith("hdfs:///") else uri)
+        from apache_beam.io.localfilesystem import LocalFileSystem
+
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        return LocalFileSystem(None), path
+
+    def open(self, uri: str, mode: str = "rb", *, compression: str = "none"):
+        """``"rb"`` (``compression="auto"`` decompresses by extension) or ``"wb"`` (never compressed:
+        TFRecord compression is done by the writer)."""
+        from apache_beam.io.filesystem import CompressionTypes
+
+        filesystem, path = self._filesystem(uri)
+        if mode == "rb":
+            ctype = CompressionTypes.AUTO if compression == "auto" else CompressionTypes.UNCOMPRESSED
+            return filesystem.open(path, compression_type=ctype)
+        if mode == "wb":
+            if filesystem.exists(path):
+                filesystem.delete([path])
+            return filesystem.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        raise ValueError(f"{uri}: unsupported mode {mode!r}")
+
+    def exists(self, uri: str) -> bool:
+        filesystem, path = self._filesystem(uri)
+        return filesystem.exists(path)
+
+    def size(self, uri: str) -> int:
+        filesystem, path = self._filesystem(uri)
+        return filesystem.size(path)
+
+    def read_bytes(self, uri: str) -> bytes:
+        with self.open(uri, "rb") as f:
+            return f.read()
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        with self.open(uri, "wb") as f:
+            f.write(data)
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions, uris: Iterable[str] = ()) -> "BeamFiles":
+        """From ``--hdfs_host/--hdfs_port/--hdfs_user``; for hdfs:// URIs without them, from
+        ``$HADOOP_CONF_DIR`` (``dfs.namenode.http-address``) and ``HADOOP_USER_NAME`` / the OS user."""
+        hdfs = options.view_as(HadoopFileSystemOptions)
+        host, port, user = hdfs.hdfs_host, hdfs.hdfs_port, hdfs.hdfs_user
+        if any(u.startswith("hdfs://") for u in uris) and not (host and port):
+            address = _webhdfs_address_from_conf()
+            if address:
+                host, port = address
+        if (host and port) and not user:
+            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        return cls(host, int(port) if port else None, user)
+
+
+def _webhdfs_address_from_conf() -> tuple[str, int] | None:
+    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    if not conf_dir:
+        return None
+    try:
+        root = ET.parse(os.path.join(conf_dir, "hdfs-site.xml")).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() == "dfs.namenode.http-address":
+            host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
+            if host and port.isdigit():
+                return host, int(port)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# What the driver decides before the pipeline runs
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Conversion:
+    """One conversion: the command line's options, resolved.  Picklable (workers get a copy)."""
+
+    input: str  # one URI, or several separated by commas (files, directories or globs)
+    input_format: str
+    schema: Schema
+    output: str
+    compression: str = "none"
+    num_shards: int | None = None  # None (or 0): from the input size (TARGET_SHARD_BYTES per shard)
+    overwrite: bool = False
+    max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
+    multiline: bool = False
+    max_steps: int = DEFAULT_MAX_STEPS
+    block_size: int = csv_arrow.DEFAULT_BLOCK_SIZE
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(_absolute(p.strip()) for p in self.input.split(",") if p.strip())
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise ValueError("no input given (--input URI[,URI...])")
+        object.__setattr__(self, "output", _absolute(self.output.strip().rstrip("/") or "/"))
+        if self.input_format not in csv_arrow.FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(csv_arrow.FORMATS)}, got {self.input_format!r}")
+        object.__setattr__(self, "compression", normalize_compression(self.compression))
+        if self.num_shards is not None and self.num_shards < 0:
+            raise ValueError(f"--num-shards must be a positive integer, got {self.num_shards}")
+        if not 0.0 <= self.max_reject_fraction <= 1.0:
+            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {self.max_reject_fraction}")
+        if self.max_steps < 1:
+            raise ValueError(f"--max-steps must be a positive integer, got {self.max_steps}")
+        if self.block_size < 1024:
+            raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size}")
+
+
+def _absolute(uri: str) -> str:
+    """Local paths made absolute (workers need not share the driver's working directory)."""
+    return uri if "://" in uri or uri.startswith("file:") else os.path.abspath(uri)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every transform needs (picklable): the conversion, the run id, the filesystems."""
+
+    conv: Conversion
+    run_id: str
+    num_shards: int
+    files: BeamFiles
+
+    @property
+    def schema(self) -> Schema:
+        return self.conv.schema
+
+    def attempt(self) -> str:
+        return f"beam-{self.run_id}-{uuid.uuid4().hex[:12]}"
+
+    @property
+    def report_path(self) -> str:
+        return fs.join(self.conv.output, output.TEMPORARY, f"beam-{self.run_id}.report.json")
+
+
+def input_files(uris: str | Iterable[str]) -> list[tuple[str, int]]:
+    """(path, size) of the input files of each URI: a file, a directory's files (names starting
+    with ``_`` or ``.`` skipped, as Hadoop does), or a glob.  Listed through :mod:`tfrecord_io.fs`."""
+    if isinstance(uris, str):
+        uris = [uris]
+    found: dict[str, int] = {}
+    for uri in uris:
+        for path, size in _input_files(uri):
+            found.setdefault(path, size)
+    return sorted(found.items())
+
+
+def _input_files(uri: str) -> list[tuple[str, int]]:
+    if any(c in uri for c in "*?["):
+        candidates = fs.glob(uri)
+    elif fs.isdir(uri):
+        candidates = fs.ls(uri)
+    else:
+        candidates = [uri]
+    found = []
+    for path in candidates:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if path != uri and name.startswith(("_", ".")):
+            continue
+        if fs.isdir(path):
+            continue
+        if not fs.exists(path):
+            raise FileNotFoundError(f"input {path} does not exist")
+        found.append((path, fs.size(path)))
+    if not found:
+        raise FileNotFoundError(f"no input files match {uri}")
+    return found
+
+
+def auto_num_shards(total_bytes: int) -> int:
+    """Shards for ``total_bytes`` of input: one per TARGET_SHARD_BYTES, at least 1."""
+    return max(1, min(MAX_AUTO_SHARDS, math.ceil(total_bytes / TARGET_SHARD_BYTES)))
+
+
+# ---------------------------------------------------------------------------------------
+# Arrow batches through shuffles: IPC bytes (pickling a slice would copy its whole buffers)
+# ---------------------------------------------------------------------------------------
+def _to_ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(data).read_next_batch()
+
+
+def _slices(num_rows: int, pieces: int) -> Iterator[tuple[int, int]]:
+    """(start, length) of up to ``pieces`` nearly equal, non-empty slices of ``num_rows`` rows."""
+    pieces = max(1, min(pieces, num_rows))
+    bounds = np.linspace(0, num_rows, pieces + 1).astype(np.int64)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            yield int(a), int(b - a)
+
+
+def _global(value) -> WindowedValue:
+    """An output of ``finish_bundle`` (which has no input element to take a window from)."""
+    return WindowedValue(value, GlobalWindow().max_timestamp(), (GlobalWindow(),))
+
+
+# ---------------------------------------------------------------------------------------
+# Transforms
+# ---------------------------------------------------------------------------------------
+REJECTS_TAG, STATS_TAG = "rejects", "stats"
+
+
+class ReadFile(beam.DoFn):
+    """One input file -> parsed rows (see module doc), reject lists and its row count.
+
+    Main output: Example records: ``(shard, ipc rows)`` slices; SequenceExample records:
+    ``(group key, ("rows", source, lines, raws, columns))`` per group per batch, and
+    ``(group key, ("bad", source, line, raw, reason, order))`` per rejected row of a known group.
+    Tagged outputs: ``rejects`` (``(reject shard, [reject dicts])``), ``stats`` (rows per file).
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.rows_read = Metrics.counter(METRICS_NAMESPACE, "rows_read")
+        self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
+        self.files_read = Metrics.counter(METRICS_NAMESPACE, "files_read")
+
+    def setup(self):
+        self._next_shard = int.from_bytes(os.urandom(2), "little")
+
+    def _shard(self) -> int:
+        self._next_shard += 1
+        return self._next_shard % self.job.num_shards
+
+    def process(self, element):
+        path, _size = element
+        conv, schema = self.job.conv, self.job.schema
+        sequence = schema.record_type == "sequence_example"
+        keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
+        input_rows = 0
+        with self.job.files.open(path, "rb", compression="auto") as stream:
+            for pb in csv_arrow.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
+                                             multiline=conv.multiline, keep_raw=sequence, reject_values=keys):
+                input_rows += pb.input_rows
+                self.rows_read.inc(pb.input_rows)
+                rejects = pb.rejects
+                if sequence and rejects:
+                    # A rejected row whose group is known rejects its group's record: send it there.
+                    alone = []
+                    for reject, values in zip(rejects, pb.reject_values):
+                        key = None if values is None else values.get(schema.group_by)
+                        if key is None:
+                            alone.append(reject)
+                        else:
+                            order = values.get(schema.order_by) if schema.order_by else None
+                            yield key, ("bad", reject["source"], reject["line"], reject["raw"], reject["reason"],
+                                        order)
+                    rejects = alone
+                if rejects:
+                    self.rows_rejected.inc(len(rejects))
+                    yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._shard(), rejects))
+                if not pb.rows.num_rows:
+                    continue
+                if sequence:
+                    yield from _split_groups(pb, schema)
+                else:
+                    for start, length in _slices(pb.rows.num_rows, self.job.num_shards):
+                        yield self._shard(), _to_ipc(pb.rows.slice(start, length))
+        self.files_read.inc()
+        yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": input_rows})
+
+
+def _split_groups(pb: csv_arrow.ParsedBatch, schema: Schema) -> Iterator[tuple]:
+    """The rows of a batch, one element per ``group_by`` value: (key, ("rows", source, lines, raws, columns))."""
+    import pyarrow.compute as pc
+
+    rows = pb.rows
+    order = pc.sort_indices(rows.column(schema.group_by))
+    rows = rows.take(order)
+    order_np = order.to_numpy()
+    lines = pb.lines[order_np].tolist()
+    raws = pb.raw.take(order).to_pylist() if pb.raw is not None else [None] * rows.num_rows
+    columns = [rows.column(f.name).to_pylist() for f in schema.input_features]
+    keys = columns[[f.name for f in schema.input_features].index(schema.group_by)]
+    start = 0
+    n = len(keys)
+    for i in range(1, n + 1):
+        if i == n or keys[i] != keys[start]:
+            yield keys[start], ("rows", pb.source, lines[start:i], raws[start:i], [c[start:i] for c in columns])
+            start = i
+
+
+class _Step:
+    """One input row of a group: a converted step, or a rejected row (``reason``) of that group."""
+
+    __slots__ = ("order", "source", "line", "raw", "values", "reason")
+
+    def __init__(self, order, source, line, raw, values, reason):
+        self.order, self.source, self.line, self.raw, self.values, self.reason = (
+            order, source, line, raw, values, reason)
+
+    def sort_key(self):
+        # Spark's order: order_by ascending with nulls first, then file, then line.
+        return (self.order is not None, self.order if self.order is not None else 0, self.source, self.line or 0)
+
+
+def _same(a, b) -> bool:
+    """Context values equal, NaN equal to NaN (as the Spark job compares them)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _shard_of(key, num_shards: int) -> int:
+    """A stable shard for a group key (Python's hash() of a str differs per process)."""
+    return zlib.crc32(repr(key).encode("utf-8", "backslashreplace")) % num_shards
+
+
+class BuildSequenceExamples(beam.DoFn):
+    """(group key, its rows) -> encoded SequenceExamples, keyed by the group's shard.
+
+    See the module doc for the rules (order, ``max_steps`` pieces, context, rejected rows).
+    Built records are buffered and encoded together; a record the encoder's checks refuse
+    (``row_errors`` on the grouped batch) turns all its rows into rejects.
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
+        self.records_built = Metrics.counter(METRICS_NAMESPACE, "sequence_examples")
+
+    def setup(self):
+        schema = self.job.schema
+        names = [f.name for f in schema.input_features]
+        self._order_at = names.index(schema.order_by) if schema.order_by else None
+        self._context_at = [(f, names.index(f.name)) for f in schema.context]
+        self._sequence_at = [names.index(f.name) for f in schema.sequence]
+        self._next_shard = int.from_bytes(os.urandom(2), "little")
+
+    def start_bundle(self):
+        self._units: list[tuple] = []  # (key, shard, steps) of records to build
+        self._buffered_rows = 0
+
+    def process(self, element):
+        key, pieces = element
+        steps = []
+        for piece in pieces:
+            if piece[0] == "bad":
+                _, source, line, raw, reason, order = piece
+                steps.append(_Step(order, source, line, raw, None, reason))
+                continue
+            _, source, lines, raws, columns = piece
+            for j, (line, raw) in enumerate(zip(lines, raws)):
+                values = [c[j] for c in columns]
+                order = values[self._order_at] if self._order_at is not None else None
+                steps.append(_Step(order, source, line, raw, values, None))
+        steps.sort(key=_Step.sort_key)
+        shard = _shard_of(key, self.job.num_shards)
+        rejects = []
+        max_steps = self.job.conv.max_steps
+        for start in range(0, len(steps), max_steps):
+            unit = steps[start:start + max_steps]
+            why = self._why_bad(unit)
+            if why is not None:
+                rejects += self._reject_unit(key, unit, why)
+                continue
+            self._units.append((key, shard, unit))
+            self._buffered_rows += len(unit)
+        if rejects:
+            self.rows_rejected.inc(len(rejects))
+            yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._reject_shard(), rejects))
+        if self._buffered_rows >= _GROUP_FLUSH_ROWS or len(self._units) >= _GROUP_FLUSH_GROUPS:
+            yield from self._flush(in_finish_bundle=False)
+
+    def finish_bundle(self):
+        yield from self._flush(in_finish_bundle=True)
+
+    def _reject_shard(self) -> int:
+        self._next_shard += 1
+        return self._next_shard % self.job.num_shards
+
+    def _why_bad(self, unit: list[_Step]) -> str | None:
+        """Why a record cannot be written: a rejected row among its steps, or a context that differs."""
+        for step in unit:
+            if step.reason is not None:
+                return f"{step.reason} (line {step.line})"
+        first = unit[0].values
+        for f, at in self._context_at:
+            if f.name == self.job.schema.group_by:
+                continue
+            for step in unit[1:]:
+                if not _same(step.values[at], first[at]):
+                    return (f"context feature {f.name!r} differs within the group: {step.values[at]!r} at line "
+                            f"{step.line}, {first[at]!r} in its first row")
+        return None
+
+    def _reject_unit(self, key, unit: list[_Step], why: str) -> list[dict]:
+        group = f"{self.job.schema.group_by}={key!r}"
+        return [csv_arrow.make_reject(s.source, s.line, s.raw, s.reason if s.reason is not None else
+                                      f"rejected with its group ({group}), which holds a bad row: {why}")
+                for s in unit]
+
+    def _flush(self, in_finish_bundle: bool):
+        def emit(value, tag=None):
+            value = _global(value) if in_finish_bundle else value
+            return value if tag is None else beam.pvalue.TaggedOutput(tag, value)
+
+        units, self._units, self._buffered_rows = self._units, [], 0
+        if not units:
+            return
+        schema = self.job.schema
+        arrays = []
+        for f, at in self._context_at:
+            arrays.append(pa.array([unit[0].values[at] for _, _, unit in units], type=f.arrow_type()))
+        for f, at in zip(schema.sequence, self._sequence_at):
+            arrays.append(pa.array([[s.values[at] for s in unit] for _, _, unit in units],
+                                   type=pa.list_(f.arrow_type())))
+        names = [f.name for f in schema.context] + [f.name for f in schema.sequence]
+        batch = pa.RecordBatch.from_arrays(arrays, names=names)
+        reasons = row_errors(batch, schema)  # per record: null steps, list lengths, required values
+        if any(r is not None for r in reasons):
+            rejects = []
+            for (key, _, unit), reason in zip(units, reasons):
+                if reason is not None:
+                    rejects += self._reject_unit(key, unit, reason)
+            self.rows_rejected.inc(len(rejects))
+            yield emit((self._reject_shard(), rejects), REJECTS_TAG)
+            keep = np.array([r is None for r in reasons])
+            batch = batch.filter(pa.array(keep))
+            units = [u for u, k in zip(units, keep) if k]
+        if units:
+            self.records_built.inc(len(units))
+            records = encode_sequence_examples(batch, schema)
+            shards = np.array([shard for _, shard, _ in units])
+            for shard in np.unique(shards):
+                rows = np.flatnonzero(shards == shard)  # in order: a group's pieces stay consecutive
+                piece = pa.RecordBatch.from_arrays([records.take(pa.array(rows))], names=["record"])
+                yield emit((int(shard), _to_ipc(piece)))
+        yield emit({"kind": "groups", "records": len(units), "rows": sum(len(u) for _, _, u in units)}, STATS_TAG)
+
+
+class WriteShard(beam.DoFn):
+    """(shard index, pieces) -> one TFRecord file in a fresh attempt dir, via Beam's FileSystems.
+
+    Pieces are IPC bytes of typed rows (Example: encoded here) or of encoded records
+    (SequenceExample); ``None`` pieces only make sure every shard index has an element.
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.records_written = Metrics.counter(METRICS_NAMESPACE, "records_written")
+        self.bytes_written = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+
+    def process(self, element):
+        index, pieces = element
+        job = self.job
+        example = job.schema.record_type == "example"
+
+        def records():
+            for piece in pieces:
+                if piece is None:
+                    continue
+                batch = _from_ipc(piece)
+                yield encode_examples(batch, job.schema) if example else batch.column(0)
+
+        name = output.shard_name(index, job.num_shards, job.conv.compression)
+        written = output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
+                                     opener=job.files.open)
+        self.records_written.inc(written.records)
+        self.bytes_written.inc(written.bytes)
+        yield {"kind": "records", **output.written_file_dict(written)}
+
+
+class WriteRejects(beam.DoFn):
+    """(reject shard index, lists of reject dicts) -> one ``_rejects`` JSON Lines file."""
+
+    def __init__(self, job: _Job):
+        self.job = job
+
+    def process(self, element):
+        index, lists = element
+        rows = (row for rejects in lists for row in rejects)
+        written = output.write_rejects(rows, self.job.conv.output, self.job.attempt(), f"part-{index:05d}.jsonl",
+                                       opener=self.job.files.open)
+        if written is not None:
+            yield {"kind": "rejects", **output.written_file_dict(written)}
+
+
+class WriteReport(beam.DoFn):
+    """The list of everything the pipeline produced -> the report file the driver commits from."""
+
+    def __init__(self, job: _Job):
+        self.job = job
+
+    def process(self, items):
+        items = sorted(items, key=lambda d: json.dumps(d, sort_keys=True))
+        self.job.files.write_bytes(self.job.report_path, json.dumps(items).encode("utf-8"))
+        yield len(items)
+
+
+def build_pipeline(p: beam.Pipeline, job: _Job, files: list[tuple[str, int]]) -> beam.PCollection:
+    """Add the conversion to ``p``: returns the PCollection of the report's item count."""
+    sequence = job.schema.record_type == "sequence_example"
+    read = (p
+            | "ListInputs" >> beam.Create(sorted(files))
+            | "ReadFiles" >> beam.ParDo(ReadFile(job)).with_outputs(REJECTS_TAG, STATS_TAG, main="rows"))
+    stats = [read[STATS_TAG]]
+    rejects = [read[REJECTS_TAG]]
+    if sequence:
+        built = (read.rows
+                 | "GroupByKey" >> beam.GroupByKey()
+                 | "BuildSequenceExamples" >> beam.ParDo(BuildSequenceExamples(job)).with_outputs(
+                     REJECTS_TAG, STATS_TAG, main="records"))
+        pieces = built.records
+        stats.append(built[STATS_TAG])
+        rejects.append(built[REJECTS_TAG])
+    else:
+        pieces = read.rows
+    every_shard = p | "EveryShard" >> beam.Create([(i, None) for i in range(job.num_shards)])
+    shard_files = ((pieces, every_shard)
+                   | "WithEmptyShards" >> beam.Flatten()
+                   | "GroupByShard" >> beam.GroupByKey()
+                   | "WriteShards" >> beam.ParDo(WriteShard(job)))
+    reject_files = (rejects
+                    | "AllRejects" >> beam.Flatten()
+                    | "GroupRejects" >> beam.GroupByKey()
+                    | "WriteRejects" >> beam.ParDo(WriteRejects(job)))
+    return ((shard_files, reject_files, *stats)
+            | "Everything" >> beam.Flatten()
+            | "ToList" >> beam.combiners.ToList()
+            | "WriteReport" >> beam.ParDo(WriteReport(job)))
+
+
+# ---------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------
+@dataclass
+class ConversionResult:
+    """What :func:`run_conversion` did: the manifest it committed (None if it did not commit)."""
+
+    output: str
+    totals: output.ConversionTotals
+    runner: str
+    manifest: dict | None
+    metrics: dict = field(default_factory=dict)
+    requested_runner: str | None = None
+    input_rows_by_file: dict = field(default_factory=dict)
+    seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.manifest is not None
+
+
+def runner_that_ran(result) -> str:
+    """The runner that actually executed a pipeline, from its result object."""
+    module, name = type(result).__module__, type(result).__name__
+    if "fn_api_runner" in module:
+        return "FnApiRunner"
+    if "prism" in module:
+        return "PrismRunner"
+    if "portable_runner" in module:
+        return "PortableRunner (Prism, when DirectRunner chose it)"
+    if "direct" in module:
+        return "BundleBasedDirectRunner"
+    if "dataflow" in module:
+        return "DataflowRunner"
+    return f"{module}.{name}"
+
+
+def _counters(result) -> dict[str, int]:
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics support: log without them
+        return {}
+    out: dict[str, int] = {}
+    for c in counters:
+        value = c.committed if c.committed is not None else c.attempted
+        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    return out
+
+
+@contextmanager
+def _hdfs_identity(user: str | None):
+    """Make the driver's :mod:`tfrecord_io.fs` act as the same HDFS user as Beam's workers."""
+    if not user or os.environ.get("HADOOP_USER_NAME"):
+        yield
+        return
+    os.environ["HADOOP_USER_NAME"] = user
+    try:
+        yield
+    finally:
+        os.environ.pop("HADOOP_USER_NAME", None)
+
+
+def run_conversion(conv: Conversion, options: PipelineOptions | None = None) -> ConversionResult:
+    """Run the conversion on the runner in ``options`` and commit its output.
+
+    Raises ``FileExistsError`` (output not empty, no ``overwrite``), ``FileNotFoundError``
+    (no input), ``ValueError`` (bad settings, or a file-level input problem) and
+    :class:`tfrecord_io.output.RejectLimitExceeded` (nothing committed; the rejects stay
+    under ``_temporary``).  Pipeline failures propagate as the runner raises them.
+    """
+    started = time.monotonic()
+    options = options or PipelineOptions([])
+    files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
+    with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
+        inputs = input_files(conv.inputs)
+        num_shards = conv.num_shards or auto_num_shards(sum(size for _, size in inputs))
+        output.prepare_output(conv.output, overwrite=conv.overwrite)
+        if not files.exists(conv.output):
+            raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
+                             f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
+        job = _Job(conv, uuid.uuid4().hex[:12], num_shards, files)
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, job, inputs)
+        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(inputs), conv.input,
+                 num_shards, conv.output)
+        try:
+            result = p.run()
+            state = result.wait_until_finish()
+            if str(state).rsplit(".", 1)[-1] != "DONE":
+                raise RuntimeError(f"the pipeline ended in state {state} on {runner_that_ran(result)}; "
+                                   f"nothing was committed")
+        except BaseException:
+            _discard_temporary(conv.output)  # partial attempts of a failed run are of no use
+            raise
+        runner = runner_that_ran(result)
+        requested = options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER
+        try:
+            report = json.loads(files.read_bytes(job.report_path).decode("utf-8"))
+            result = _commit(job, report, runner, _counters(result), requested)
+        except output.RejectLimitExceeded:
+            raise  # _temporary stays, with the rejects to look at
+        except BaseException:
+            _discard_temporary(conv.output)
+            raise
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+
+def _discard_temporary(out: str) -> None:
+    try:
+        temporary = fs.join(out, output.TEMPORARY)
+        if fs.exists(temporary):
+            fs.delete(temporary, recursive=True)
+    except OSError as e:
+        log.warning("could not remove %s after the failed run: %s", fs.join(out, output.TEMPORARY), e)
+
+
+def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int],
+            requested: str | None = None) -> ConversionResult:
+    conv = job.conv
+    ran = runner if not requested or requested.rsplit(".", 1)[-1] == runner else f"{runner} (requested {requested})"
+    fields_ = {f.name for f in dataclasses.fields(output.WrittenFile)}
+    shard_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
+                   for d in report if d["kind"] == "records"]
+    reject_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
+                    for d in report if d["kind"] == "rejects"]
+    sequence = job.schema.record_type == "sequence_example"
+    totals = output.ConversionTotals(
+        input_rows=sum(d["rows"] for d in report if d["kind"] == "input"),
+        records=sum(f.records for f in shard_files),
+        rejected=sum(f.records for f in reject_files),
+        rows_in_records=sum(d["rows"] for d in report if d["kind"] == "groups") if sequence else None)
+    if len(shard_files) != job.num_shards:
+        raise RuntimeError(f"the pipeline reported {len(shard_files)} shard files, expected {job.num_shards}; "
+                           f"nothing was committed")
+    for name, value in (("rows_read", totals.input_rows), ("records_written", totals.records),
+                        ("rows_rejected", totals.rejected)):
+        if name in counters and counters[name] != value:
+            log.warning("metric %s = %d but the pipeline's report says %d (runner %s)", name, counters[name],
+                        value, runner)
+    summary = (f"{totals.input_rows} rows read, {totals.records} records written to {len(shard_files)} "
+               f"file(s), {totals.rejected} rows rejected")
+    if sequence:
+        summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
+    try:
+        manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
+                                 compression=conv.compression, engine="beam",
+                                 max_reject_fraction=conv.max_reject_fraction)
+    except output.RejectLimitExceeded:
+        log.error("beam conversion %s -> %s FAILED on %s: %s", conv.input, conv.output, ran, summary)
+        raise
+    log.info("beam conversion %s -> %s done on %s: %s", conv.input, conv.output, ran, summary)
+    by_file = {d["path"]: d["rows"] for d in report if d["kind"] == "input"}
+    return ConversionResult(conv.output, totals, runner, manifest, counters, requested, by_file)
