@@ -20,6 +20,9 @@ _EXPORTS = {
     "TFRecordWriter": "tfrecord_io.framing",
     "read_records": "tfrecord_io.framing",
     "CorruptRecordError": "tfrecord_io.framing",
+    "make_dataset": "tfrecord_io.tfdata",
+    "input_fn": "tfrecord_io.tfdata",
+    "steps_per_epoch": "tfrecord_io.tfdata",
 }
 
 __all__ = sorted(_EXPORTS)

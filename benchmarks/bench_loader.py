@@ -1,0 +1,373 @@
+"""The tf.data loader (make_dataset) against the input pipelines it replaces, same data, one run.
+
+Data: N rows (default 1,000,000) x 17 columns of the demo schema ``conf/taxi.yaml`` (10 float,
+5 int64, 1 string, 1 int64 label), in S shards (default 8), written before timing both as CSV
+(for the queue runners) and as uncompressed TFRecords in our output contract (for the rest):
+
+    seed-era queue runner   string_input_producer -> TextLineReader.read (one line per run)
+                            -> decode_csv -> tf.compat.v1.train.batch(num_threads=2)
+    queue runner read_up_to the same with reader.read_up_to(batch) + train.batch(enqueue_many=True)
+    hand-tuned tf.data      TFRecordDataset(files, num_parallel_reads=AUTOTUNE) -> batch
+                            -> map(parse_example, AUTOTUNE) -> prefetch(AUTOTUNE)
+    ours, local             make_dataset(output_dir, batch_size, shuffle=False) (the same work as
+                            the hand-tuned pipeline), and with the default shuffle
+    ours, HDFS              the same output copied to a local HDFS started for the benchmark
+                            (tfrecord_io.hdfs_local: NameNode + DataNode JVM on this machine),
+                            streamed through the bounded shard cache
+
+Every pipeline reads every row once and yields parsed batches of ``--batch-size`` (1024).  The
+fast pipelines run ``--repeats`` times (round-robin, after a warm-up on one shard); the best run
+counts.  Row counts and column checksums must agree across pipelines before anything is
+reported.  Loader memory: peak RSS of a fresh process reading 1/4 of the shards vs all of them.
+
+    .venv/bin/python benchmarks/bench_loader.py [--rows 1000000] [--shards 8] [--no-hdfs]
+
+Prints a markdown table of rows/s and ratios, then the targets: ours >= 10x the seed-era queue
+runner, >= 0.95x the hand-tuned pipeline, HDFS >= 0.8x local, RSS flat as the data grows.
+CPU only unless TensorFlow sees a GPU (the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+CHUNK = 100_000
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------
+def write_data(work: Path, rows: int, shards: int) -> tuple[list[str], str]:
+    """CSV files and a TFRecord output directory holding the same rows, shard for shard."""
+    import pyarrow.csv as pacsv
+
+    from tfrecord_io import output
+    from tfrecord_io.codec import encode_examples
+    from tfrecord_io.demo_train import demo_rows, taxi_schema
+
+    schema = taxi_schema()
+    out = str(work / "tfrecords")
+    output.prepare_output(out, overwrite=True)
+    bounds = np.linspace(0, rows, shards + 1).astype(int)
+    csv_files, written = [], []
+    for k in range(shards):
+        lo, hi = int(bounds[k]), int(bounds[k + 1])
+        path = work / f"part-{k:05d}.csv"
+        batches = []
+        with open(path, "wb") as fh:
+            for start in range(lo, hi, CHUNK):
+                batch = demo_rows(start, min(CHUNK, hi - start), seed=1)
+                pacsv.write_csv(batch, fh, pacsv.WriteOptions(include_header=start == lo))
+                batches.append(encode_examples(batch, schema))
+        csv_files.append(str(path))
+        written.append(output.write_shard(batches, out, "bench-0", output.shard_name(k, shards), "none"))
+    output.commit(out, written, [], output.ConversionTotals(input_rows=rows, records=rows, rejected=0),
+                  schema=schema, compression="none", engine="bench")
+    return csv_files, out
+
+
+# ---------------------------------------------------------------------------------------
+# Pipelines: each returns (rows, checksum) after reading everything
+# ---------------------------------------------------------------------------------------
+def _checksum(columns: dict) -> tuple:
+    """Per-column sums that must agree across pipelines (ints exactly, floats to 1e-6)."""
+    ints = tuple(int(np.sum(v, dtype=np.int64)) for k, v in sorted(columns.items()) if v.dtype.kind == "i")
+    floats = tuple(float(np.sum(v, dtype=np.float64)) for k, v in sorted(columns.items()) if v.dtype.kind == "f")
+    return ints, floats
+
+
+class _Sums:
+    def __init__(self):
+        self.rows, self.sums = 0, {}
+
+    def add(self, columns: dict) -> None:
+        n = None
+        for k, v in columns.items():
+            if v.dtype.kind in "if":
+                acc = np.sum(v, dtype=np.int64 if v.dtype.kind == "i" else np.float64)
+                self.sums[k] = self.sums.get(k, 0) + acc
+                n = len(v)
+        self.rows += n or 0
+
+    def result(self) -> tuple[int, tuple]:
+        return self.rows, _checksum({k: np.array([v]) for k, v in self.sums.items()})
+
+
+def _record_defaults(schema):
+    import tensorflow as tf
+
+    dtypes = {"float": tf.float32, "int64": tf.int64, "string": tf.string}
+    return [tf.constant([f.default] if f.default is not None else [], dtypes[f.type]) for f in schema.features]
+
+
+def queue_runner(csv_files: list[str], batch_size: int, read_up_to: bool) -> tuple[int, tuple]:
+    import tensorflow as tf
+
+    from tfrecord_io.demo_train import taxi_schema
+
+    tf1 = tf.compat.v1
+    schema = taxi_schema()
+    names = [f.name for f in schema.features]
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = tf1.train.string_input_producer(csv_files, num_epochs=1, shuffle=False)
+        reader = tf1.TextLineReader(skip_header_lines=1)
+        if read_up_to:
+            _, lines = reader.read_up_to(queue, batch_size)
+        else:
+            _, lines = reader.read(queue)
+        columns = dict(zip(names, tf1.decode_csv(lines, record_defaults=_record_defaults(schema))))
+        batch = tf1.train.batch(columns, batch_size=batch_size, num_threads=2, capacity=8 * batch_size,
+                                enqueue_many=read_up_to, allow_smaller_final_batch=True)
+        init = [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
+    sums = _Sums()
+    with tf1.Session(graph=graph) as sess:
+        sess.run(init)
+        coord = tf1.train.Coordinator()
+        threads = tf1.train.start_queue_runners(sess=sess, coord=coord)
+        try:
+            while not coord.should_stop():
+                sums.add(sess.run(batch))
+        except tf.errors.OutOfRangeError:
+            pass
+        finally:
+            coord.request_stop()
+            coord.join(threads)
+    return sums.result()
+
+
+def hand_tuned(files: list[str], batch_size: int) -> tuple[int, tuple]:
+    import tensorflow as tf
+
+    from tfrecord_io.demo_train import taxi_schema
+
+    spec = taxi_schema().parse_spec()
+    ds = (tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)
+          .batch(batch_size)
+          .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+    sums = _Sums()
+    for batch in ds:
+        sums.add({k: v.numpy() for k, v in batch.items()})
+    return sums.result()
+
+
+def ours(source, batch_size: int, **options) -> tuple[int, tuple]:
+    from tfrecord_io.demo_train import taxi_schema
+    from tfrecord_io.tfdata import make_dataset
+
+    label = taxi_schema().label
+    ds = make_dataset(source, batch_size=batch_size, **options)
+    sums = _Sums()
+    for features, y in ds:
+        columns = {k: v.numpy() for k, v in features.items()}
+        columns[label] = y.numpy()
+        sums.add(columns)
+    return sums.result()
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, int, tuple]:
+    start = time.perf_counter()
+    rows, checksum = fn(*args, **kwargs)
+    return time.perf_counter() - start, rows, checksum
+
+
+# ---------------------------------------------------------------------------------------
+# Memory probe (a fresh process per size)
+# ---------------------------------------------------------------------------------------
+def rss_probe(source: list[str]) -> dict:
+    import tensorflow as tf  # noqa: F401  (the runtime's own footprint is in the baseline)
+
+    from tfrecord_io.demo_train import taxi_schema
+    from tfrecord_io.tfdata import make_dataset
+
+    ds = make_dataset(source, schema=taxi_schema(), batch_size=1024, seed=0)
+    it = iter(ds)
+    next(it)
+    base = _rss_mb()
+    rows = 1024
+    for features, _ in it:
+        rows += int(features["fare"].shape[0])
+    cache = ds.loader_stats.cache
+    return {"rows": rows, "rss_after_first_batch_mb": base, "peak_rss_mb": _peak_rss_mb(),
+            "max_shards_on_disk": cache.max_files_on_disk if cache else None}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_probe(files: list[str]) -> dict:
+    cmd = [sys.executable, __file__, "--rss-probe", json.dumps(files)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"RSS probe failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows (default 1,000,000)")
+    ap.add_argument("--shards", type=int, default=8, help="files (default 8)")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs of each fast pipeline (best counts)")
+    ap.add_argument("--no-hdfs", action="store_true", help="leave out the HDFS run (no Java/Maven needed)")
+    ap.add_argument("--workdir", help="where to write the data (default: a temporary directory, removed)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--rss-probe", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.rss_probe:
+        print(json.dumps(rss_probe(json.loads(args.rss_probe))))
+        return 0
+    if args.shards < 4:
+        ap.error("--shards must be at least 4 (the memory probe reads a quarter of them)")
+
+    import tensorflow as tf
+
+    tmp = None
+    if args.workdir:
+        work = Path(args.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-loader-")
+        work = Path(tmp.name)
+    gpus = tf.config.list_physical_devices("GPU")
+    print(f"bench_loader: {args.rows:,} rows x 17 columns in {args.shards} shards, batch {args.batch_size}; "
+          f"{os.cpu_count()} CPUs, {'GPU: ' + str(len(gpus)) if gpus else 'no GPU (CPU only)'}; "
+          f"TF {tf.__version__}, Python {platform.python_version()}", flush=True)
+    t = time.perf_counter()
+    csv_files, out = write_data(work, args.rows, args.shards)
+    tfrecords = sorted(str(p) for p in Path(out).glob("part-*.tfrecord"))
+    size_mb = sum(os.path.getsize(f) for f in tfrecords) / 2**20
+    print(f"  data written in {time.perf_counter() - t:.1f}s: {size_mb:.0f} MiB of TFRecords", flush=True)
+
+    cluster = None
+    results: dict[str, list[float]] = {}
+    checks: dict[str, tuple] = {}
+    probes: dict[str, tuple[dict, dict]] = {}
+    try:
+        runs = {
+            "hand-tuned tf.data": lambda: timed(hand_tuned, tfrecords, args.batch_size),
+            "ours, local (shuffle=False)": lambda: timed(ours, out, args.batch_size, shuffle=False),
+            "ours, local (default shuffle)": lambda: timed(ours, out, args.batch_size, seed=0),
+        }
+        if not args.no_hdfs:
+            from tfrecord_io import fs, hdfs_local
+
+            print("  starting a local HDFS and copying the TFRecords into it ...", flush=True)
+            cluster = hdfs_local.start(work / "hdfs", detach=False)
+            hdfs_out = cluster.uri("/bench/tfrecords")
+            for name in os.listdir(out):
+                if os.path.isfile(os.path.join(out, name)):
+                    with open(os.path.join(out, name), "rb") as src, fs.open(fs.join(hdfs_out, name), "wb") as dst:
+                        while chunk := src.read(8 << 20):
+                            dst.write(chunk)
+            runs["ours, HDFS (shuffle=False)"] = lambda: timed(ours, hdfs_out, args.batch_size, shuffle=False,
+                                                             cache_dir=str(work / "cache"))
+            runs["ours, HDFS (default shuffle)"] = lambda: timed(ours, hdfs_out, args.batch_size, seed=0,
+                                                               cache_dir=str(work / "cache"))
+
+        print("  warm-up (one shard each) ...", flush=True)
+        hand_tuned(tfrecords[:1], args.batch_size)
+        ours(tfrecords[:1], args.batch_size, schema=str(Path(__file__).resolve().parent.parent / "conf" / "taxi.yaml"))
+
+        for name, fn in [("seed-era queue runner", lambda: timed(queue_runner, csv_files, args.batch_size, False)),
+                         ("queue runner read_up_to", lambda: timed(queue_runner, csv_files, args.batch_size, True))]:
+            seconds, rows, checksum = fn()
+            results[name] = [rows / seconds]
+            checks[name] = (rows, checksum)
+            print(f"  {name}: {rows / seconds:,.0f} rows/s", flush=True)
+        for r in range(args.repeats):
+            for name, fn in runs.items():
+                seconds, rows, checksum = fn()
+                results.setdefault(name, []).append(rows / seconds)
+                checks[name] = (rows, checksum)
+                print(f"  {name} (run {r + 1}): {rows / seconds:,.0f} rows/s", flush=True)
+
+        print("  memory probes (a fresh process per size) ...", flush=True)
+        probes["local"] = (run_probe(tfrecords[: args.shards // 4]), run_probe(tfrecords))
+        if cluster is not None:
+            remote = [fs.join(hdfs_out, os.path.basename(f)) for f in tfrecords]
+            probes["HDFS"] = (run_probe(remote[: args.shards // 4]), run_probe(remote))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+    # Everybody read the same rows.
+    ref_rows, (ref_ints, ref_floats) = checks["hand-tuned tf.data"]
+    bad = []
+    for name, (rows, (ints, floats)) in checks.items():
+        if rows != args.rows or ints != ref_ints or not np.allclose(floats, ref_floats, rtol=1e-6):
+            bad.append(f"{name}: {rows} rows, checksums {ints} / {floats}")
+    if bad or ref_rows != args.rows:
+        print("MISMATCH between pipelines (expected the same rows everywhere):\n  " + "\n  ".join(bad))
+        return 1
+
+    best = {k: max(v) for k, v in results.items()}
+    seed = best["seed-era queue runner"]
+    print()
+    print(f"### Loader benchmark: {args.rows:,} rows x 17 columns, {args.shards} shards, batch {args.batch_size}, "
+          f"{os.cpu_count()} CPUs, {'GPU' if gpus else 'no GPU'}")
+    print()
+    print("| pipeline | rows/s | vs seed-era queue runner |")
+    print("| --- | ---: | ---: |")
+    for name, value in best.items():
+        print(f"| {name} | {value:,.0f} | {value / seed:.1f}x |")
+    print()
+    local, hand = best["ours, local (shuffle=False)"], best["hand-tuned tf.data"]
+    targets = [
+        ("ours (local) vs seed-era queue runner", local / seed, 10.0),
+        ("ours (local, shuffle=False) vs hand-tuned tf.data", local / hand, 0.95),
+    ]
+    if "ours, HDFS (shuffle=False)" in best:
+        targets.append(("ours on HDFS vs ours on local disk (shuffle=False)",
+                        best["ours, HDFS (shuffle=False)"] / local, 0.8))
+        targets.append(("ours on HDFS vs ours on local disk (default shuffle)",
+                        best["ours, HDFS (default shuffle)"] / best["ours, local (default shuffle)"], 0.8))
+    print("| target | measured | goal | |")
+    print("| --- | ---: | ---: | --- |")
+    missed = 0
+    for what, ratio, goal in targets:
+        ok = ratio >= goal
+        missed += not ok
+        print(f"| {what} | {ratio:.2f}x | >= {goal:g}x | {'PASS' if ok else 'MISS'} |")
+    for where, (quarter, whole) in probes.items():
+        growth_q = quarter["peak_rss_mb"] - quarter["rss_after_first_batch_mb"]
+        growth_w = whole["peak_rss_mb"] - whole["rss_after_first_batch_mb"]
+        flat = whole["peak_rss_mb"] <= quarter["peak_rss_mb"] * 1.10 + 32
+        missed += not flat
+        disk = (f"; at most {whole['max_shards_on_disk']} shards on local disk"
+                if whole.get("max_shards_on_disk") is not None else "")
+        print(f"| loader peak RSS ({where}), {quarter['rows']:,} -> {whole['rows']:,} rows | "
+              f"{quarter['peak_rss_mb']:.0f} -> {whole['peak_rss_mb']:.0f} MiB (growth after the first batch "
+              f"{growth_q:.0f} / {growth_w:.0f} MiB{disk}) | flat | {'PASS' if flat else 'MISS'} |")
+    if tmp is not None:
+        tmp.cleanup()
+    return 1 if (missed and args.strict) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
