@@ -14,10 +14,12 @@ import sys
 
 # (name, module, one-line help)
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("demo", "tfrecord_io.demo", "the whole path on sample data: CSV -> TFRecords (Spark) -> inspect -> Keras training"),
     ("hdfs-local", "tfrecord_io.hdfs_local.command",
      "start, stop or query a single-node HDFS on loopback (for tests and trying things out)"),
     ("infer-schema", "tfrecord_io.infer",
      "read a sample of CSV or JSON input and print an editable YAML schema"),
+    ("convert", "tfrecord_io.convert", "convert CSV/JSON (local or HDFS) to TFRecord files with Spark or Beam"),
     ("inspect", "tfrecord_io.inspect_cmd", "show a TFRecord source's files, record count, schema and first records"),
     ("verify", "tfrecord_io.verify", "check every record's CRCs, the manifest's counts and sizes, and the schema"),
     ("stats", "tfrecord_io.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),

@@ -1,0 +1,24 @@
+"""`make demo` runs `tfrecord-io demo`: the whole path on sample data, as a user sees it."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tfrecord_io.demo import BAD_ROWS
+
+
+def test_demo_end_to_end(tmp_path):
+    exe = Path(sys.executable).parent / "tfrecord-io"
+    proc = subprocess.run([str(exe), "demo", "--rows", "3000", "--epochs", "1", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0, f"demo failed:\n{out[-3000:]}\n{proc.stderr[-5000:]}"
+    m = re.search(r"([\d,]+) input rows -> ([\d,]+) records \+ ([\d,]+) rejected", out)
+    assert m, out
+    rows, records, rejected = (int(g.replace(",", "")) for g in m.groups())
+    assert (rows, records, rejected) == (3000 + len(BAD_ROWS), 3000, len(BAD_ROWS))
+    assert out.count("reject: ") == len(BAD_ROWS)
+    assert len(list((tmp_path / "tfrecords").glob("part-*-of-00004.tfrecord.gz"))) == 4
+    assert (tmp_path / "tfrecords" / "_SUCCESS").exists()
+    assert re.search(r"3,000 examples in [\d.]+s = [\d,]+ examples/s", out), out

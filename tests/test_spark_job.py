@@ -1,0 +1,652 @@
+"""The Spark job (tfrecord_io.spark, jobs/to_tfrecord.py, ``tfrecord-io convert``) end to end.
+
+Real Spark (in-process local[2] via the ``spark`` fixture, and ``spark-submit`` subprocesses,
+including a standalone master + worker started from pyspark's own scripts), real HDFS (the
+``hdfs`` fixture), TensorFlow's own reader to check the output.  No mocks.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import REPO, VENV_BIN, spark_submit
+from tfrecord_io import fs, output
+from tfrecord_io.schema import Schema
+from tfrecord_io.spark import (CHECK, CORRUPT, LINE, OFFSET, SOURCE, ConversionOptions, RowChecker, WriteStage,
+                               run_conversion)
+
+pytestmark = pytest.mark.spark
+
+CORPUS = REPO / "tests" / "data" / "bad_corpus"
+SCHEMA = CORPUS / "schema.yaml"
+JOB = str(REPO / "jobs" / "to_tfrecord.py")
+SHARDS = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def make_rows(n: int, start: int = 0) -> list[dict]:
+    """Rows for the corpus schema, with values that survive float32 exactly."""
+    rows = []
+    for i in range(start, start + n):
+        rows.append({
+            "id": i,
+            "score": None if i % 7 == 0 else (i % 1000) * 0.25 - 100.0,
+            "name": None if i % 11 == 0 else f"name {i}, \"quoted\" é{i % 13}",
+            "tags": [f"t{j}" for j in range(i % 4)] or None,
+            "vec": [float(i % 50), -0.5 * (i % 9)],
+        })
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict], extra_lines: tuple[str, ...] = ()) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["id", "score", "name", "tags", "vec"])
+        for r in rows:
+            w.writerow([r["id"], "" if r["score"] is None else repr(r["score"]),
+                        "" if r["name"] is None else r["name"],
+                        "|".join(r["tags"] or []), ";".join(repr(v) for v in r["vec"])])
+        for line in extra_lines:
+            f.write(line + "\n")
+
+
+def write_jsonl(path_or_file, rows: list[dict]) -> bytes:
+    data = "".join(json.dumps({k: v for k, v in r.items() if v is not None}) + "\n" for r in rows).encode()
+    if isinstance(path_or_file, (str, Path)):
+        Path(path_or_file).write_bytes(data)
+    return data
+
+
+def expected_values(rows: list[dict]) -> dict[int, tuple]:
+    """What the loader yields for each row: nulls become the schema defaults."""
+    return {r["id"]: (r["score"] if r["score"] is not None else 0.0, r["name"] or "", r["tags"] or [], r["vec"])
+            for r in rows}
+
+
+def read_back(files: list, schema_path: Path = SCHEMA) -> dict[int, tuple]:
+    """Parse TFRecord files with TensorFlow's own reader and parse_example."""
+    import tensorflow as tf
+
+    spec = Schema.load(str(schema_path)).parse_spec()
+    out: dict[int, tuple] = {}
+    for f in files:
+        name = str(f)
+        kind = "GZIP" if name.endswith(".gz") else "ZLIB" if name.endswith(".zlib") else ""
+        for batch in tf.data.TFRecordDataset(name, compression_type=kind).batch(1024):
+            p = tf.io.parse_example(batch, spec)
+            for i, score, nm, tags, vec in zip(p["id"].numpy(), p["score"].numpy(), p["name"].numpy(),
+                                               p["tags"].to_list(), p["vec"].numpy()):
+                if int(i) in out:
+                    raise AssertionError(f"id {i} appears twice in {files}")
+                out[int(i)] = (float(score), nm.decode(), [t.decode() for t in tags], [float(v) for v in vec])
+    return out
+
+
+def serialized_records(files: list) -> Counter:
+    import tensorflow as tf
+
+    c: Counter = Counter()
+    for f in files:
+        kind = "GZIP" if str(f).endswith(".gz") else ""
+        c.update(r.numpy() for r in tf.data.TFRecordDataset(str(f), compression_type=kind))
+    return c
+
+
+def listing(out: Path) -> set[str]:
+    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+
+
+def shard_names(n: int, ext: str = "") -> set[str]:
+    return {f"part-{i:05d}-of-{n:05d}.tfrecord{ext}" for i in range(n)}
+
+
+def rejects_of(out: str) -> list[dict]:
+    rows = []
+    if fs.exists(fs.join(out, output.REJECTS)):
+        for f in fs.ls(fs.join(out, output.REJECTS)):
+            with fs.open(f, "rb") as fh:
+                rows += [json.loads(line) for line in fh.read().decode().splitlines()]
+    return rows
+
+
+def corpus_table(section: str) -> dict[str, dict]:
+    """The expected counts table of one section of tests/data/bad_corpus/README.md."""
+    text = (CORPUS / "README.md").read_text()
+    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in body.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    table = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        table[cells[0].strip("`*")] = dict(zip(header, cells))
+    return table
+
+
+@pytest.fixture(scope="module")
+def example_input(tmp_path_factory):
+    """Three CSV files (3,000 good rows) plus one bad row; the rows and the expected values."""
+    d = tmp_path_factory.mktemp("example-input")
+    rows = make_rows(3000)
+    for k in range(3):
+        write_csv(d / f"part-{k}.csv", rows[k * 1000:(k + 1) * 1000],
+                  extra_lines=("oops,1.0,bad,,1;2",) if k == 1 else ())
+    return d, rows
+
+
+@pytest.fixture(scope="module")
+def clean_run(example_input, tmp_path_factory):
+    """spark-submit local[2], local -> local, gzip, 3 shards: the reference output."""
+    d, rows = example_input
+    out = tmp_path_factory.mktemp("clean") / "out"
+    t0 = time.monotonic()
+    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
+                         "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)])
+    return out, proc, time.monotonic() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: the functions shipped to executors
+# ---------------------------------------------------------------------------------------------
+def test_write_stage_pickles_and_checks_a_batch():
+    from pyspark import cloudpickle  # the copy Spark itself pickles functions with
+
+    from tfrecord_io import convert
+
+    assert convert.DEFAULT_MAX_REJECT_FRACTION == output.DEFAULT_MAX_REJECT_FRACTION
+    schema = Schema.load(str(SCHEMA))
+    checker = RowChecker(schema, "csv", False, {})
+    write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", checker=checker,
+                       fail_first_attempt="0")
+    for fn in (write, checker):
+        assert pickle.loads(pickle.dumps(fn)) == fn
+        assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
+    batch = pa.RecordBatch.from_pydict({
+        "id": pa.array([1, None, 3, 4, 5], pa.int64()),
+        "score": pa.array([0.5, 1.0, None, 2.0, None], pa.float32()),
+        "name": ["a", "b", "c\ufffd", "d", None],
+        "tags": pa.array([["x"], None, [], ["y", "z"], None], pa.list_(pa.string())),
+        "vec": pa.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, None], None], pa.list_(pa.float32())),
+        CORRUPT: [None, None, None, None, '5,"x'],
+        SOURCE: ["file:///a.csv"] * 5,
+        OFFSET: pa.array([0] * 5, pa.int64()),
+        LINE: pa.array([2, 3, 4, 5, 6], pa.int64()),
+        CHECK: pa.array([None, None, None, "feature 'vec': list item 'q' is not a valid float", None], pa.string()),
+    })
+    checker = pickle.loads(pickle.dumps(checker))
+    reasons, raw = checker.reasons(batch)
+    assert reasons[0] is None
+    assert [r.split(":")[0] for r in reasons[1:]] == ["feature 'id'", "feature 'name'", "feature 'vec'",
+                                                     "malformed CSV"]
+    assert "list item 'q'" in reasons[3] and "--multiline" in reasons[4] and raw == {4: '5,"x'}
+    rejects = list(checker.rejects(batch, np.array([1, 4]), reasons, raw))
+    assert rejects == [
+        {"source": "file:///a.csv", "line": 3, "offset": 0, "raw": ",1.0,b,,1.0;2.0", "reason": reasons[1]},
+        {"source": "file:///a.csv", "line": 6, "offset": 0, "raw": '5,"x', "reason": reasons[4]}]
+
+
+# ---------------------------------------------------------------------------------------------
+# spark-submit: local -> local, faults, HDFS, standalone cluster, the CLI
+# ---------------------------------------------------------------------------------------------
+def test_submit_local_to_local(example_input, clean_run):
+    _, rows = example_input
+    out, proc, seconds = clean_run
+    rest = listing(out) - shard_names(SHARDS, ".gz") - {"_manifest.json", "_SUCCESS"}
+    assert len(rest) == 1 and re.fullmatch(r"_rejects/part-0000[0-2]\.jsonl", rest.pop())  # no _temporary
+    done = json.loads([ln for ln in proc.stdout.splitlines() if '"tfrecord-io-done"' in ln][-1])
+    manifest = output.read_manifest(str(out))
+    assert manifest["engine"] == "spark" and manifest["compression"] == "gzip"
+    assert manifest["totals"] == {"input_rows": 3001, "records": 3000, "rejected": 1} == done["totals"]
+    counts = [f["records"] for f in manifest["files"]]
+    assert sum(counts) == 3000 and max(counts) - min(counts) < 0.15 * 1000, counts  # even shards
+    (reject,) = rejects_of(str(out))
+    assert reject["source"].endswith("part-1.csv") and reject["line"] == 1002
+    assert reject["raw"] == "oops,1.0,bad,,1;2" and "'oops' is not a valid int64" in reject["reason"]
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+    print(f"local->local spark-submit: {seconds:.1f}s")
+
+
+def test_submit_fault_injection_is_exactly_once(example_input, clean_run, tmp_path):
+    """First attempts of partitions 0 and 2 die mid-write; retries give exactly the clean output."""
+    d, rows = example_input
+    out = tmp_path / "out"
+    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
+                         "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)],
+                        master="local[2,4]", env={"TFRECORD_IO_FAIL_FIRST_ATTEMPT": "0,2"})
+    killed = re.findall(r"killing task attempt \S+-p(\d+)-a0-", proc.stderr)
+    assert sorted(set(killed)) == ["00000", "00002"], proc.stderr[-3000:]
+    clean_out = clean_run[0]
+    assert listing(out) == listing(clean_out)  # no stray files, no _temporary
+    assert serialized_records(sorted(out.glob("part-*"))) == serialized_records(sorted(clean_out.glob("part-*")))
+    assert output.read_manifest(str(out))["totals"] == output.read_manifest(str(clean_out))["totals"]
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+
+
+def test_submit_hdfs_to_hdfs(hdfs, tmp_path):
+    rows = make_rows(1200, start=10_000)
+    base = hdfs.uri(f"/spark-job/{tmp_path.name}")
+    for k in range(2):
+        with fs.open(f"{base}/in/part-{k}.jsonl", "wb") as f:
+            f.write(write_jsonl(None, rows[k * 600:(k + 1) * 600]))
+    out = f"{base}/out"
+    spark_submit([JOB, "--input", f"{base}/in/*.jsonl", "--format", "json", "--schema", str(SCHEMA),
+                  "--output", out, "--compression", "zlib"], env={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
+    names = {u.rsplit("/", 1)[-1] for u in fs.ls(out)}
+    assert names == {"part-00000-of-00001.tfrecord.zlib", "_manifest.json", "_SUCCESS"}  # default: 1 shard
+    manifest = output.read_manifest(out)
+    assert manifest["totals"] == {"input_rows": 1200, "records": 1200, "rejected": 0}
+    local = tmp_path / "part-00000-of-00001.tfrecord.zlib"
+    with fs.open(f"{out}/part-00000-of-00001.tfrecord.zlib", "rb") as f:
+        local.write_bytes(f.read())
+    assert read_back([local]) == expected_values(rows)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    """A Spark standalone master + 1 worker (pyspark's sbin/spark-daemon.sh, which start-master.sh
+    and start-worker.sh wrap; the pip package ships only the former), on 127.0.0.1, started with
+    a clean environment and a working directory outside the repository."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    run = tmp_path / "cluster"
+    (run / "work").mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(run)), "SPARK_HOME": str(home),
+           "SPARK_LOG_DIR": str(run / "logs"), "SPARK_PID_DIR": str(run / "pids"),
+           "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_WORKER_DIR": str(run / "work")}
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    daemon = str(home / "sbin" / "spark-daemon.sh")
+    master_cls, worker_cls = "org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker"
+    master = f"spark://127.0.0.1:{port}"
+    started = []
+    try:
+        subprocess.run([daemon, "start", master_cls, "1", "--host", "127.0.0.1", "--port", str(port),
+                        "--webui-port", str(ui)], env=env, cwd=run, check=True, capture_output=True, timeout=120)
+        started.append(master_cls)
+        subprocess.run([daemon, "start", worker_cls, "1", "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
+                        "--webui-port", str(worker_ui), "--work-dir", str(run / "work"), master],
+                       env=env, cwd=run, check=True, capture_output=True, timeout=120)
+        started.append(worker_cls)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
+                    if any(w.get("state") == "ALIVE" for w in json.load(r).get("workers", [])):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                logs = "\n".join(p.read_text()[-3000:] for p in (run / "logs").glob("*.out"))
+                raise AssertionError(f"the standalone worker did not register with {master}:\n{logs}")
+            time.sleep(0.5)
+        yield master, run
+    finally:
+        for cls in reversed(started):
+            subprocess.run([daemon, "stop", cls, "1"], env=env, cwd=run, capture_output=True, timeout=120)
+
+
+def _executor_python(tmp_path: Path) -> str:
+    """A Python for executors with the venv's libraries but *not* its editable tfrecord_io install.
+
+    A venv whose site-packages holds one .pth line naming the main venv's site-packages: that
+    directory joins sys.path, but its own .pth files (the editable install's finder) do not run.
+    """
+    env_dir = tmp_path / "executor-venv"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip",
+                    str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "main-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([str(python), "-c", "import importlib.util, pyarrow, pyspark; "
+                            "print(importlib.util.find_spec('tfrecord_io'))"],
+                           capture_output=True, text=True, cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    assert probe.stdout.strip() == "None", probe
+    return str(python)
+
+
+def test_submit_standalone_cluster_with_py_files(standalone, example_input, tmp_path):
+    master, _ = standalone
+    d, rows = example_input
+    exec_python = _executor_python(tmp_path)
+    # The package the way a user ships it: a zip of tfrecord_io for --py-files.
+    zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
+    conf = {"spark.pyspark.python": exec_python, "spark.executorEnv.PYSPARK_PYTHON": exec_python,
+            "spark.pyspark.driver.python": sys.executable, "spark.executor.memory": "512m",
+            "spark.cores.max": "2", "spark.task.maxFailures": "1"}
+    args = [JOB, "--input", f"{d}/part-0.csv", "--format", "csv", "--schema", str(SCHEMA), "--num-shards", "2"]
+    # Without --py-files the executors cannot import tfrecord_io: they do not see the repository.
+    bad = spark_submit(args + ["--output", str(tmp_path / "no-py-files")], master=master, conf=conf, check=False)
+    assert bad.returncode == 1 and "No module named 'tfrecord_io'" in bad.stdout + bad.stderr, bad.stderr[-3000:]
+    out = tmp_path / "out"
+    spark_submit(args + ["--output", str(out)], master=master, conf=conf, extra=["--py-files", zip_path])
+    assert listing(out) == shard_names(2) | {"_manifest.json", "_SUCCESS"}
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows[:1000])
+
+
+def test_cli_convert_fails_over_reject_limit(tmp_path):
+    """``tfrecord-io convert --engine spark`` with the default 1% limit on the bad corpus: exit 3."""
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(VENV_BIN / "tfrecord-io"), "convert", "--engine", "spark", "--master", "local[2]",
+         "--conf", "spark.ui.enabled=false", "--input", f"{CORPUS}/*.csv", "--format", "csv",
+         "--schema", str(SCHEMA), "--output", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "13 of 25 input rows were rejected" in proc.stderr and "--max-reject-fraction" in proc.stderr
+    files = listing(out)
+    assert "_SUCCESS" not in files and "_manifest.json" not in files
+    assert not any(f.startswith("part-") for f in files)
+    assert any(re.match(r"_temporary/[^/]+/_rejects/part-\d+\.jsonl$", f) for f in files), files
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process (the session's local[2] SparkSession): corpus, overwrite, sequences, headers
+# ---------------------------------------------------------------------------------------------
+def _convert(spark, tmp_path, inputs, fmt="csv", schema=SCHEMA, name="out", **kw) -> tuple[Path, dict]:
+    out = tmp_path / name
+    opts = ConversionOptions(inputs=inputs, input_format=fmt, schema=str(schema), output=str(out), **kw)
+    return out, run_conversion(spark, opts)
+
+
+@pytest.mark.parametrize("fmt,multiline", [("csv", False), ("csv", True), ("json", False)])
+def test_bad_corpus_every_row_accounted_for(spark, tmp_path, fmt, multiline):
+    pattern = "*.csv" if fmt == "csv" else "*.jsonl"
+    table = corpus_table("CSV" if fmt == "csv" else "JSON Lines")
+    suffix = " (multiline)" if multiline else ""
+    out, manifest = _convert(spark, tmp_path, f"{CORPUS}/{pattern}", fmt, num_shards=2,
+                             max_reject_fraction=1.0, multiline=multiline)
+    totals = manifest["totals"]
+    want = table["total"]
+    assert totals == {"input_rows": int(want["rows" + suffix]), "records": int(want["records" + suffix]),
+                      "rejected": int(want["rejects" + suffix])}
+    assert totals["input_rows"] == totals["records"] + totals["rejected"]
+    rejects = rejects_of(str(out))
+    assert len(rejects) == totals["rejected"]
+    assert all(set(r) == {"source", "line", "offset", "raw", "reason"} and r["reason"] and r["raw"]
+               for r in rejects), rejects
+    by_file = Counter(r["source"].rsplit("/", 1)[-1] for r in rejects)
+    for name, row in table.items():
+        if name == "total":
+            continue
+        assert by_file.get(name, 0) == int(row["rejects" + suffix]), (name, by_file)
+        if not multiline:
+            lines = sorted(r["line"] for r in rejects if r["source"].endswith("/" + name))
+            assert lines == [int(x) for x in row["lines"].split(",") if x], name
+    assert sum(serialized_records(sorted(out.glob("part-*"))).values()) == totals["records"]
+
+
+def test_overwrite_refused_then_allowed(spark, tmp_path):
+    inp = tmp_path / "in.csv"
+    write_csv(inp, make_rows(20))
+    out, _ = _convert(spark, tmp_path, str(inp))
+    before = listing(out)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        _convert(spark, tmp_path, str(inp))
+    assert listing(out) == before
+    write_csv(inp, make_rows(5, start=100))
+    out, manifest = _convert(spark, tmp_path, str(inp), overwrite=True)
+    assert manifest["totals"]["records"] == 5 and set(read_back(out.glob("part-*"))) == set(range(100, 105))
+
+
+def test_reject_limit_leaves_no_success(spark, tmp_path):
+    from tfrecord_io.output import RejectLimitExceeded
+
+    inp = tmp_path / "in.csv"
+    write_csv(inp, make_rows(98), extra_lines=("x,1,a,,1;2", "y,1,b,,1;2"))  # 2% rejected
+    with pytest.raises(RejectLimitExceeded, match="2 of 100 input rows"):
+        _convert(spark, tmp_path, str(inp))
+    files = listing(tmp_path / "out")
+    assert not {"_SUCCESS", "_manifest.json"} & files and not any(f.startswith("part-") for f in files)
+    out, manifest = _convert(spark, tmp_path, str(inp), name="out2", max_reject_fraction=0.02)
+    assert manifest["totals"] == {"input_rows": 100, "records": 98, "rejected": 2}
+
+
+def test_csv_header_matched_by_name_and_default_shard_count(spark, tmp_path):
+    rows = make_rows(40)
+    write_csv(tmp_path / "a.csv", rows[:20])
+    with open(tmp_path / "b.csv", "w", newline="") as f:  # other order, an unknown column, no `tags`
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["vec", "extra", "name", "id", "score"])
+        for r in rows[20:]:
+            w.writerow([";".join(map(repr, r["vec"])), "zzz", r["name"] or "", r["id"],
+                        "" if r["score"] is None else r["score"]])
+    size = sum(p.stat().st_size for p in tmp_path.glob("*.csv"))
+    out, manifest = _convert(spark, tmp_path, [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")],
+                             bytes_per_shard=1000)
+    assert len(manifest["files"]) == -(-size // 1000)
+    want = expected_values(rows[:20]) | {k: v[:2] + ([],) + v[3:] for k, v in expected_values(rows[20:]).items()}
+    assert read_back(sorted(out.glob("part-*"))) == want
+
+
+def test_multiline_json_documents(spark, tmp_path):
+    rows = make_rows(6)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text(json.dumps([{k: v for k, v in r.items() if v is not None}
+                                                        for r in rows[:4]], indent=2))
+    (tmp_path / "in" / "b.json").write_text(json.dumps(rows[4], indent=2))
+    (tmp_path / "in" / "c.json").write_text(json.dumps(rows[5], indent=2))
+    out, manifest = _convert(spark, tmp_path, str(tmp_path / "in"), "json", multiline=True)
+    assert manifest["totals"] == {"input_rows": 6, "records": 6, "rejected": 0}
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+
+
+SEQ_SCHEMA = """\
+record_type: sequence_example
+group_by: user
+order_by: t
+context:
+  - {name: user, type: string, required: true}
+  - {name: country, type: string, default: ""}
+sequence:
+  - {name: t, type: int64}
+  - {name: x, type: float, default: -1.0}
+  - {name: v, type: int64, shape: [2], separator: ";"}
+csv: {header: true}
+"""
+
+
+def test_sequence_example_end_to_end(spark, tmp_path):
+    import random
+
+    import tensorflow as tf
+
+    (tmp_path / "schema.yaml").write_text(SEQ_SCHEMA)
+    rng = random.Random(7)
+    lengths = {f"u{u}": (23 if u == 0 else rng.randint(1, 6)) for u in range(30)}
+    lines = [f"u{u[1:]},{'DE' if int(u[1:]) % 2 else 'FR'},{t},{'' if t == 3 else t * 0.5},{t};{-t}"
+             for u, n in lengths.items() for t in range(n)]
+    lines += ["u5,XX,99,1.0,1;2",  # context disagrees -> group u5 rejected whole
+              "u7,DE,42,1.0,1"]    # a [2] list with one value -> group u7 rejected whole
+    rng.shuffle(lines)
+    half = len(lines) // 2
+    for k, part in enumerate((lines[:half], lines[half:])):
+        (tmp_path / f"s{k}.csv").write_text("user,country,t,x,v\n" + "\n".join(part) + "\n")
+    out, manifest = _convert(spark, tmp_path, f"{tmp_path}/s*.csv", schema=tmp_path / "schema.yaml",
+                             num_shards=3, max_steps=10, max_reject_fraction=1.0)
+    bad = {"u5": lengths["u5"] + 1, "u7": lengths["u7"] + 1}
+    good_rows = sum(n for u, n in lengths.items() if u not in bad)
+    # u0's 23 steps are 3 records (10 + 10 + 3); every other good group is one record
+    assert manifest["totals"] == {"input_rows": len(lines), "records": (len(lengths) - 2) + 2,
+                                  "rejected": sum(bad.values()), "rows_in_records": good_rows}
+    rejects = rejects_of(str(out))
+    assert Counter(r["raw"].split(",")[0] for r in rejects) == Counter(bad)
+    assert any("context feature 'country' differs" in r["reason"] for r in rejects)
+    assert any("expected 2 values" in r["reason"] for r in rejects)
+    ctx, seq = Schema.load(str(tmp_path / "schema.yaml")).parse_spec()
+    got: dict[str, list] = {}
+    for f in sorted(out.glob("part-*")):
+        for rec in tf.data.TFRecordDataset(str(f)):
+            c, s = tf.io.parse_single_sequence_example(rec, ctx, seq)
+            user = c["user"].numpy().decode()
+            assert c["country"].numpy().decode() == ("DE" if int(user[1:]) % 2 else "FR")
+            got.setdefault(user, []).append((s["t"].numpy().tolist(), s["x"].numpy().tolist(),
+                                             s["v"].numpy().tolist()))
+    assert set(got) == set(lengths) - set(bad)
+    for user, pieces in got.items():
+        steps = [t for ts, _, _ in sorted(pieces) for t in ts]
+        assert steps == list(range(lengths[user])), user  # ordered by t, nothing lost or repeated
+        assert all(len(ts) <= 10 for ts, _, _ in pieces)
+        for ts, xs, vs in pieces:
+            assert xs == [(-1.0 if t == 3 else t * 0.5) for t in ts]  # null step -> default
+            assert vs == [[t, -t] for t in ts]
+    assert len(got["u0"]) == 3
+
+
+def test_csv_extra_null_values_and_headerless(spark, tmp_path):
+    """null_values beyond the first (read as text, then try_cast in the JVM); header: false."""
+    (tmp_path / "schema.yaml").write_text(
+        "features:\n"
+        "  - {name: id, type: int64, required: true}\n"
+        "  - {name: score, type: float, default: -1.0}\n"
+        "  - {name: name, type: string, default: ''}\n"
+        "  - {name: ks, type: int64, shape: [-1], separator: ' '}\n"
+        "csv: {header: false, delimiter: ';', null_values: ['', 'NA', 'null']}\n")
+    (tmp_path / "in.csv").write_text("1;2.5;a;1 2 3\n2;NA;null;NA\n3;x;c;\nnull;1;d;4\n5;1;e;4 z\n")
+    out, manifest = _convert(spark, tmp_path, str(tmp_path / "in.csv"), schema=tmp_path / "schema.yaml",
+                             max_reject_fraction=1.0)
+    assert manifest["totals"] == {"input_rows": 5, "records": 2, "rejected": 3}
+    reasons = {r["line"]: r["reason"] for r in rejects_of(str(out))}
+    assert "'x' is not a valid float" in reasons[3] and "feature 'id': required" in reasons[4]
+    assert "list item 'z' is not a valid int64" in reasons[5]
+    import tensorflow as tf
+
+    spec = Schema.load(str(tmp_path / "schema.yaml")).parse_spec()
+    parsed = tf.io.parse_example(list(tf.data.TFRecordDataset(str(next(out.glob("part-*")))).as_numpy_iterator()),
+                                 spec)
+    got = sorted(zip(parsed["id"].numpy().tolist(), parsed["score"].numpy().tolist(),
+                     [n.decode() for n in parsed["name"].numpy()], parsed["ks"].to_list()))
+    assert got == [(1, 2.5, "a", [1, 2, 3]), (2, -1.0, "", [])]
+
+
+def test_split_files_locate_rejects_by_offset_and_line(spark, tmp_path):
+    """A file read in several splits: (offset, line) still finds each reject's line."""
+    rows = make_rows(3000)
+    bad = {400: "bad400,1,x,,1;2", 1700: "bad1700,1,x,,1;2", 2900: "bad2900,1,x,,1;2"}
+    path = tmp_path / "big.csv"
+    write_csv(path, rows)
+    lines = path.read_text().splitlines(keepends=True)
+    for k in sorted(bad, reverse=True):
+        lines.insert(k, bad[k] + "\n")
+    path.write_text("".join(lines))
+    old = {k: spark.conf.get(k, None) for k in ("spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes")}
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(40_000))
+    spark.conf.set("spark.sql.files.openCostInBytes", str(1_000))
+    try:
+        out, manifest = _convert(spark, tmp_path, str(path), num_shards=2, max_reject_fraction=1.0)
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v) if v is not None else spark.conf.unset(k)
+    assert manifest["totals"] == {"input_rows": 3003, "records": 3000, "rejected": 3}
+    data = path.read_bytes()
+    starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")][:-1]
+    rejects = rejects_of(str(out))
+    assert {r["raw"] for r in rejects} == set(bad.values())
+    assert sum(r["offset"] > 0 for r in rejects) >= 2  # really split
+    for r in rejects:
+        # Hadoop's line reader: a split at offset X > 0 starts with the first line starting after X.
+        after = [s for s in starts if s > r["offset"]] if r["offset"] else starts
+        begin = after[r["line"] - 1]
+        assert data[begin:data.index(b"\n", begin)].decode() == r["raw"], r
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+
+
+def test_sequence_writer_splits_long_groups_across_batches():
+    """The write stage's grouping alone (no Spark): groups spanning Arrow batches, max_steps pieces,
+    a list-valued context feature that disagrees, a null group key."""
+    import tensorflow as tf
+
+    schema = Schema.from_dict({
+        "record_type": "sequence_example", "group_by": "g", "order_by": "t",
+        "context": [{"name": "g", "type": "int64"}, {"name": "c", "type": "int64", "shape": [-1]}],
+        "sequence": [{"name": "t", "type": "int64"}]})
+    lengths = {1: 1, 2: 12, 3: 3, 4: 5, 5: 6, 6: 11}
+    rows = [(g, [g, g] if not (g == 5 and t == 4) else [g], t) for g, n in lengths.items() for t in range(n)]
+    rows.insert(0, (None, [0], 0))
+    n = len(rows)
+    table = pa.table({"g": pa.array([r[0] for r in rows], pa.int64()),
+                      "c": pa.array([r[1] for r in rows], pa.list_(pa.int64())),
+                      "t": pa.array([r[2] for r in rows], pa.int64()),
+                      CORRUPT: pa.nulls(n, pa.string()), SOURCE: ["f"] * n,
+                      OFFSET: pa.array([0] * n, pa.int64()), LINE: pa.array(range(1, n + 1), pa.int64()),
+                      CHECK: pa.nulls(n, pa.string())})
+    write = WriteStage(output="/x", job_id="j", num_shards=1, compression="none", max_steps=5,
+                       checker=RowChecker(schema, "json", False, {}))
+    spool = _spool()
+    stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
+    records = [r for arr in write._sequence_records(table.to_batches(max_chunksize=4), spool, stats)
+               for r in arr.to_pylist()]
+    ctx, seq = schema.parse_spec()
+    got = []
+    for rec in records:
+        c, s = tf.io.parse_single_sequence_example(rec, ctx, seq)
+        got.append((int(c["g"].numpy()), c["c"].numpy().tolist(), s["t"].numpy().tolist()))
+    want = [(1, [1, 1], [0]), (2, [2, 2], [0, 1, 2, 3, 4]), (2, [2, 2], [5, 6, 7, 8, 9]), (2, [2, 2], [10, 11]),
+            (3, [3, 3], [0, 1, 2]), (4, [4, 4], [0, 1, 2, 3, 4]),
+            (5, [5, 5], [5]),  # group 5's second piece; its first holds the row that disagrees
+            (6, [6, 6], [0, 1, 2, 3, 4]), (6, [6, 6], [5, 6, 7, 8, 9]), (6, [6, 6], [10])]
+    assert got == want
+    rejected = list(spool.rows())
+    assert stats == {"input_rows": n, "records": len(want), "rows_in_records": n - 1 - 5}
+    assert len(rejected) == 1 + 5  # the null key alone; group 5's first piece (rows 0-4, row 4 disagrees)
+    assert sum("group_by feature 'g' is null" in r["reason"] for r in rejected) == 1
+    assert sum("context feature 'c' differs" in r["reason"] for r in rejected) == 5
+    spool.close()
+
+
+def _spool():
+    from tfrecord_io.spark import _RejectSpool
+
+    return _RejectSpool()
+
+
+def test_convert_arguments_and_beam_argv():
+    import argparse
+
+    from tfrecord_io import convert
+
+    parser = argparse.ArgumentParser()
+    convert.configure(parser)
+    args = parser.parse_args(["--engine", "beam", "--input", "a.csv,b.csv", "--format", "csv", "--schema", "s.yaml",
+                              "--output", "hdfs://nn:1/out", "--compression", "gzip", "--num-shards", "4",
+                              "--max-steps", "50", "--engine-arg=--runner=FnApiRunner"])
+    assert convert.beam_argv(args) == ["--input", "a.csv,b.csv", "--format", "csv", "--schema", "s.yaml",
+                                       "--output", "hdfs://nn:1/out", "--compression", "gzip", "--num-shards", "4",
+                                       "--max-steps", "50", "--runner=FnApiRunner"]
+    opts = convert.options_from_args(parser.parse_args(["--input", "a.csv, hdfs://nn:1/d/*.csv", "--format", "json",
+                                                        "--schema", "s.yaml", "--output", "out/"]))
+    assert opts.inputs == (os.path.abspath("a.csv"), "hdfs://nn:1/d/*.csv")
+    assert opts.output == os.path.abspath("out") and opts.max_reject_fraction == output.DEFAULT_MAX_REJECT_FRACTION
+    with pytest.raises(ValueError, match="max-reject-fraction"):
+        ConversionOptions(inputs="a", input_format="csv", schema="s", output="o", max_reject_fraction=1.5)
