@@ -8,14 +8,11 @@ including a standalone master + worker started from pyspark's own scripts), real
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
 import os
 import pickle
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys

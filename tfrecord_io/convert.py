@@ -3,8 +3,8 @@
 ``--engine spark`` runs the Spark job *in this process*: it starts a SparkSession (``--master``;
 without it ``spark.master`` from spark-defaults.conf, else ``local[*]``; plus any ``--conf
 KEY=VALUE``) and calls :func:`tfrecord_io.spark.run_conversion`, the same function
-``spark-submit jobs/to_tfrecord.py`` runs.  For a non-local master the ``tfrecord_io`` package is zipped and shipped to the executors
-with ``SparkContext.addPyFile``.  Use ``spark-submit jobs/to_tfrecord.py`` instead when a cluster
+``spark-submit jobs/to_tfrecord.py`` runs.  For a non-local master the ``tfrecord_io`` package
+is zipped and shipped to the executors with ``SparkContext.addPyFile``.  Use ``spark-submit jobs/to_tfrecord.py`` instead when a cluster
 needs spark-submit's own options (deploy mode, YARN queues, ...).
 
 ``--engine beam`` hands the same arguments to the Beam pipeline's ``main(argv)``

@@ -828,7 +828,8 @@ class RowChecker:
                 col = batch.column(batch.schema.get_field_index(f.name))
                 if f.default is None and col.null_count:
                     for i in np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)):
-                        reasons[i] = reasons[i] or f"sequence feature {f.name!r}: null step, and the feature has no default"
+                        reasons[i] = reasons[i] or \
+                            f"sequence feature {f.name!r}: null step, and the feature has no default"
         if self.input_format == "csv":
             for f in self.schema.input_features:
                 if f.type not in ("string", "bytes"):
@@ -911,7 +912,6 @@ class _RejectSpool:
 
 def _rows_equal(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Row-wise equality of two same-typed arrays, nulls equal to nulls, NaN equal to NaN."""
-    n = len(a)
     a_null = a.is_null().to_numpy(zero_copy_only=False)
     b_null = b.is_null().to_numpy(zero_copy_only=False)
     same = a_null & b_null
@@ -979,17 +979,19 @@ class WriteStage:
             spool.close()
         if shard.records != stats["records"]:
             raise RuntimeError(f"{shard.temp_path}: wrote {shard.records} records, counted {stats['records']}")
-        rows = [("shard", shard, spool.count)]
-        if rejects is not None:
-            rows.append(("rejects", rejects, spool.count))
+        converted = stats["records"] if self.schema.record_type == "example" else stats["rows_in_records"]
+        if stats["input_rows"] != converted + spool.count:
+            raise RuntimeError(f"task attempt {attempt}: {stats['input_rows']} input rows != {converted} converted "
+                               f"+ {spool.count} rejected")
+        rows = [("shard", shard)] + ([("rejects", rejects)] if rejects is not None else [])
         yield pa.RecordBatch.from_pydict({
-            "kind": [k for k, _, _ in rows],
+            "kind": [k for k, _ in rows],
             "partition": [part] * len(rows),
             "attempt": [attempt] * len(rows),
-            "temp_path": [w.temp_path for _, w, _ in rows],
-            "final_name": [w.final_name for _, w, _ in rows],
-            "records": [w.records for _, w, _ in rows],
-            "bytes": [w.bytes for _, w, _ in rows],
+            "temp_path": [w.temp_path for _, w in rows],
+            "final_name": [w.final_name for _, w in rows],
+            "records": [w.records for _, w in rows],
+            "bytes": [w.bytes for _, w in rows],
             "input_rows": [stats["input_rows"]] * len(rows),
             "rejected": [spool.count] * len(rows),
             "rows_in_records": [stats["rows_in_records"]] * len(rows),
