@@ -356,12 +356,13 @@ class HdfsFileSystem(FileSystem):
                 self._client_pid = os.getpid()
             return self._client_obj
 
-    def _call(self, uri: str, fn, *args):
+    def _call(self, uri: str, fn, *args, timeout: float | None = None):
         """Run ``fn(*args)`` (an hdfs-native call) with the timeout; map its errors.
 
         hdfs-native releases the GIL, so a watchdog works: the call runs in a daemon thread and
-        is abandoned (not cancelled) if it overruns.
+        is abandoned (not cancelled) if it overruns.  ``timeout`` overrides ``self.timeout``.
         """
+        timeout = self.timeout if timeout is None else timeout
         box: dict = {}
         done = threading.Event()
 
@@ -374,12 +375,12 @@ class HdfsFileSystem(FileSystem):
                 done.set()
 
         threading.Thread(target=target, daemon=True, name="tfrecord-io-hdfs").start()
-        if not done.wait(self.timeout):
+        if not done.wait(timeout):
             with self._lock:
                 self._client_obj = None  # its connection may be wedged; the next call starts afresh
             raise NameNodeUnreachableError(
                 errno.ETIMEDOUT, f"no answer from HDFS at hdfs://{self.authority} within "
-                f"{self.timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
+                f"{timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
         if "error" in box:
             raise _map_error(box["error"], uri) from box["error"]
         return box["result"]
@@ -509,10 +510,17 @@ class _HdfsReader(io.RawIOBase):
 
 
 class _HdfsWriter(io.RawIOBase):
-    """Streaming writes to an hdfs-native FileWriter; close() completes the file on the NameNode."""
+    """Streaming writes to an hdfs-native FileWriter; close() completes the file on the NameNode.
+
+    close() drains the data hdfs-native still buffers through the DataNode pipeline, so its
+    bound grows with the size written: the timeout plus one second per CLOSE_BYTES_PER_S.
+    """
+
+    CLOSE_BYTES_PER_S = 4 << 20
 
     def __init__(self, fs: HdfsFileSystem, uri: str, inner):
         self._fs, self.name, self._inner = fs, uri, inner
+        self._written = 0
 
     def writable(self):
         return True
@@ -520,12 +528,14 @@ class _HdfsWriter(io.RawIOBase):
     def write(self, buffer) -> int:
         data = bytes(buffer)
         self._fs._call(self.name, self._inner.write, data)
+        self._written += len(data)
         return len(data)
 
     def close(self):
         if not self.closed:
             try:
-                self._fs._call(self.name, self._inner.close)
+                self._fs._call(self.name, self._inner.close,
+                               timeout=self._fs.timeout + self._written / self.CLOSE_BYTES_PER_S)
             finally:
                 super().close()
 
