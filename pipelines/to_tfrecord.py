@@ -26,10 +26,10 @@ import logging
 import sys
 
 from tfrecord_io import csv_arrow, output
+from tfrecord_io.convert import EXIT_FAILED, EXIT_OK, EXIT_REJECTS, EXIT_USAGE, add_job_arguments
 
 log = logging.getLogger("tfrecord_io.beam")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REJECTS = 0, 1, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,28 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pipelines.to_tfrecord",
         description="Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
                     "Options it does not know are passed to Beam as pipeline options.")
-    p.add_argument("--input", required=True, metavar="URI[,URI...]",
-                   help="input files, directories or globs: local paths, file:// or hdfs://")
-    p.add_argument("--format", required=True, choices=csv_arrow.FORMATS, dest="input_format",
-                   help="csv, or json (JSON Lines; whole-file JSON with --multiline)")
-    p.add_argument("--schema", required=True, metavar="PATH_OR_URI", help="the YAML schema")
-    p.add_argument("--output", required=True, metavar="URI", help="output directory (absent or empty)")
-    p.add_argument("--record-type", choices=("example", "sequence_example"),
-                   help="must match the schema's record_type (default: the schema's)")
-    p.add_argument("--compression", default="none", choices=("none", "gzip", "zlib"),
-                   help="TFRecord compression (default: none)")
-    p.add_argument("--num-shards", type=int, default=None, metavar="N",
-                   help="number of output files (default: one per 128 MiB of input, at least 1)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output")
-    p.add_argument("--max-reject-fraction", type=float, default=output.DEFAULT_MAX_REJECT_FRACTION, metavar="F",
-                   help="fail (nothing committed) when rejected/input rows exceeds F "
-                        f"(default: {output.DEFAULT_MAX_REJECT_FRACTION:g}, i.e. 1%%)")
-    p.add_argument("--multiline", action="store_true",
-                   help="records may span lines: CSV with line breaks inside quoted fields, or whole-file "
-                        "JSON documents")
-    p.add_argument("--max-steps", type=int, default=None, metavar="N",
-                   help="sequence_example: split groups longer than N rows into consecutive records "
-                        "(default: 10000)")
+    add_job_arguments(p)  # the Spark job's options, defined once
     p.add_argument("--block-size", type=int, default=csv_arrow.DEFAULT_BLOCK_SIZE, metavar="BYTES",
                    help="bytes parsed at a time per file (a CSV record must fit in one block)")
     return p
@@ -91,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         conv = tbeam.Conversion(
             input=args.input, input_format=args.input_format, schema=schema, output=args.output,
             compression=args.compression, num_shards=args.num_shards, overwrite=args.overwrite,
-            max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
+            max_reject_fraction=(output.DEFAULT_MAX_REJECT_FRACTION if args.max_reject_fraction is None
+                                 else args.max_reject_fraction), multiline=args.multiline,
             max_steps=args.max_steps or tbeam.DEFAULT_MAX_STEPS, block_size=args.block_size)
         options = PipelineOptions(beam_args)
     except (SchemaError, ValueError) as e:

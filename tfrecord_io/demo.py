@@ -125,11 +125,12 @@ def _convert_inspect_train(args, schema: str, input_uri: str, output_uri: str) -
     _step(3, "what came out")
     for f in manifest["files"]:
         print(f"      {f['path']:<40} {f['records']:>9,} records {f['bytes']:>12,} bytes")
+    rejects = []
     for r in manifest["rejects"]:
         with fs.open(fs.join(output_uri, r["path"]), "rb") as fh:
-            for line in fh.read().decode("utf-8").splitlines():
-                rej = json.loads(line)
-                print(f"      reject: {Path(rej['source']).name} line {rej.get('line')}: {rej['reason']}")
+            rejects += [json.loads(line) for line in fh.read().decode("utf-8").splitlines()]
+    for rej in sorted(rejects, key=lambda r: (r["source"], r.get("line") or 0)):
+        print(f"      reject: {Path(rej['source']).name} line {rej.get('line')}: {rej['reason']}")
     from tfrecord_io.framing import read_records
     from tfrecord_io.decode import decode_record, record_to_json
 

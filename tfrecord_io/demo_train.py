@@ -22,6 +22,10 @@ import numpy as np
 TAXI_SCHEMA = Path(__file__).resolve().parent.parent / "conf" / "taxi.yaml"
 
 
+# Plausible ranges [lo, hi) for the demo's integer columns.
+INT_RANGES = {"hour": (0, 24), "weekday": (0, 7), "month": (1, 13), "passengers": (1, 7), "pickup_area": (1, 78)}
+
+
 def taxi_schema():
     """The demo schema (``conf/taxi.yaml``)."""
     from tfrecord_io.schema import Schema
@@ -40,7 +44,8 @@ def demo_rows(start: int, n: int, seed: int = 0):
         if f.type == "float":
             cols[f.name] = rng.gamma(2.0, 5.0, n).astype(np.float32)
         elif f.type == "int64":
-            cols[f.name] = rng.integers(0, 24, n, dtype=np.int64)
+            lo, hi = INT_RANGES.get(f.name, (0, 24))
+            cols[f.name] = rng.integers(lo, hi, n, dtype=np.int64)
         else:
             cols[f.name] = pa.array(rng.choice(["card", "cash", "mobile", "unknown"], n))
     label = schema.label
