@@ -441,18 +441,7 @@ def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeyp
 
 # ------------------------------------------------------------------------------- shared with Spark
 BAD_CORPUS = REPO / "tests" / "data" / "bad_corpus"
-SEQ_CSV_SCHEMA = """\
-record_type: sequence_example
-group_by: user
-order_by: t
-context:
-  - {name: user, type: string, required: true}
-  - {name: country, type: string, default: ""}
-sequence:
-  - {name: t, type: int64}
-  - {name: x, type: float, default: -1.0}
-  - {name: v, type: int64, shape: [2], separator: ";"}
-"""
+SEQ_CSV_SCHEMA = (Path(__file__).resolve().parent / "data" / "seq_users.yaml").read_text()  # shared with test_spark_job.py
 
 
 def corpus_table(section: str) -> dict[str, dict]:

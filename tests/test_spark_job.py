@@ -459,19 +459,7 @@ def test_multiline_json_documents(spark, tmp_path):
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
 
 
-SEQ_SCHEMA = """\
-record_type: sequence_example
-group_by: user
-order_by: t
-context:
-  - {name: user, type: string, required: true}
-  - {name: country, type: string, default: ""}
-sequence:
-  - {name: t, type: int64}
-  - {name: x, type: float, default: -1.0}
-  - {name: v, type: int64, shape: [2], separator: ";"}
-csv: {header: true}
-"""
+SEQ_SCHEMA = (Path(__file__).resolve().parent / "data" / "seq_users.yaml").read_text()  # shared with test_beam_pipeline.py
 
 
 def test_sequence_example_end_to_end(spark, tmp_path):
