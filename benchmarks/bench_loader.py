@@ -63,7 +63,7 @@ def write_data(work: Path, rows: int, shards: int) -> tuple[list[str], str]:
     out = str(work / "tfrecords")
     output.prepare_output(out, overwrite=True)
     bounds = np.linspace(0, rows, shards + 1).astype(int)
-    csv_files, written = [], []
+    csv_files, encoded = [], []
     for k in range(shards):
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         path = work / f"part-{k:05d}.csv"
@@ -74,9 +74,8 @@ def write_data(work: Path, rows: int, shards: int) -> tuple[list[str], str]:
                 pacsv.write_csv(batch, fh, pacsv.WriteOptions(include_header=start == lo))
                 batches.append(encode_examples(batch, schema))
         csv_files.append(str(path))
-        written.append(output.write_shard(batches, out, "bench-0", output.shard_name(k, shards), "none"))
-    output.commit(out, written, [], output.ConversionTotals(input_rows=rows, records=rows, rejected=0),
-                  schema=schema, compression="none", engine="bench")
+        encoded.append(batches)
+    output.write_output(out, encoded, schema=schema, compression="none", engine="bench")
     return csv_files, out
 
 

@@ -62,6 +62,18 @@ def spark_submit(args: list[str], *, master: str = "local[2]", conf: dict[str, s
     return proc
 
 
+def tfrecord_io_cli(*args: str, check: bool = True, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run the installed ``tfrecord-io`` command as a user would (TF quiet, no progress bar forced)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env.pop("TFRECORD_IO_PROGRESS", None)
+    proc = subprocess.run([str(VENV_BIN / "tfrecord-io"), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tfrecord-io {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
 @pytest.fixture(scope="session")
 def submit():
     """The spark-submit helper as a fixture (``submit([script, args...])``)."""

@@ -19,6 +19,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import tfrecord_io_cli
 from tfrecord_io import fs, output
 from tfrecord_io.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
@@ -47,13 +48,7 @@ SEQ_SCHEMA = Schema.from_dict({
 
 
 def cli(*args: str, check: bool = False, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env.pop("TFRECORD_IO_PROGRESS", None)
-    proc = subprocess.run([str(EXE), *args], capture_output=True, text=True, env=env, timeout=300, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tfrecord-io {' '.join(args)} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+    return tfrecord_io_cli(*args, check=check, timeout=300, **kw)
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,19 +68,15 @@ def example_rows(n: int, seed: int) -> dict[str, list]:
 def write_output(base: str, parts: list[dict], schema: Schema = SCHEMA, compression: str = "none",
                  encode=encode_examples) -> dict:
     """A committed output of ours: one shard per entry of ``parts`` (columns -> values)."""
-    written = []
-    for i, cols in enumerate(parts):
+    def batch(cols: dict) -> pa.RecordBatch:
         if schema.record_type == "example":
-            batch = pa.RecordBatch.from_pydict(cols, schema=pa.schema(
+            return pa.RecordBatch.from_pydict(cols, schema=pa.schema(
                 [schema.arrow_schema().field(name) for name in cols]))
-        else:  # one row per group: sequence columns hold the steps (types inferred, cast by the encoder)
-            batch = pa.RecordBatch.from_pydict(cols)
-        records = encode(batch, schema)
-        written.append(output.write_shard([records], base, "attempt-0",
-                                          output.shard_name(i, len(parts), compression), compression))
-    n = sum(w.records for w in written)
-    totals = output.ConversionTotals(input_rows=n, records=n, rejected=0)
-    return output.commit(base, written, [], totals, schema=schema, compression=compression, engine="test")
+        # one row per group: sequence columns hold the steps (types inferred, cast by the encoder)
+        return pa.RecordBatch.from_pydict(cols)
+
+    return output.write_output(base, [[encode(batch(cols), schema)] for cols in parts], schema=schema,
+                               compression=compression, engine="test")
 
 
 def tf_example(row: dict) -> tf.train.Example:

@@ -116,17 +116,13 @@ def csv_dataset_batches(files: list[str], batch_size: int) -> list[dict]:
 
 def convert(files: list[str], out: str) -> dict:
     """CSV -> TFRecords as the converters do it (csv_arrow -> codec -> output contract), a shard per file."""
-    written = []
-    total = 0
-    for k, path in enumerate(files):
+    shards = []
+    for path in files:
         with open(path, "rb") as fh:
             parsed = list(read_batches(fh, SCHEMA, "csv", path))
         assert not [r for p in parsed for r in p.rejects], "the sample CSV converts without rejects"
-        batches = [encode_examples(p.rows, SCHEMA) for p in parsed if p.rows.num_rows]
-        total += sum(p.rows.num_rows for p in parsed)
-        written.append(output.write_shard(batches, out, "attempt-0", output.shard_name(k, len(files), "gzip"), "gzip"))
-    return output.commit(out, written, [], output.ConversionTotals(input_rows=total, records=total, rejected=0),
-                         schema=SCHEMA, compression="gzip", engine="test")
+        shards.append([encode_examples(p.rows, SCHEMA) for p in parsed if p.rows.num_rows])
+    return output.write_output(out, shards, schema=SCHEMA, compression="gzip", engine="test")
 
 
 def loader_batches(source: str, batch_size: int) -> list[dict]:

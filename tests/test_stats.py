@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
+from conftest import tfrecord_io_cli
 from tfrecord_io import fs, output
 from tfrecord_io.codec import encode_examples
 from tfrecord_io.inspect_cmd import resolve_source
@@ -43,14 +44,8 @@ SCHEMA = Schema.from_dict({"features": [
 CITIES = ["nyc", "sf", "zürich", "la", "<b>o&slo</script>"]  # the last one must be escaped in HTML
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env.pop("TFRECORD_IO_PROGRESS", None)
-    proc = subprocess.run([str(EXE), *args], capture_output=True, text=True, env=env, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tfrecord-io {' '.join(args)} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+def cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return tfrecord_io_cli(*args, check=check, **kw)
 
 
 def part(n: int, seed: int) -> dict[str, list]:
@@ -69,12 +64,8 @@ def part(n: int, seed: int) -> dict[str, list]:
 
 def write_output(base: str, parts: list[dict], compression: str = "gzip") -> None:
     arrow = pa.schema([SCHEMA.arrow_schema().field(f.name) for f in SCHEMA.features])
-    written = [output.write_shard([encode_examples(pa.RecordBatch.from_pydict(cols, schema=arrow), SCHEMA)], base,
-                                  "attempt-0", output.shard_name(i, len(parts), compression), compression)
-               for i, cols in enumerate(parts)]
-    n = sum(w.records for w in written)
-    output.commit(base, written, [], output.ConversionTotals(n, n, 0), schema=SCHEMA, compression=compression,
-                  engine="test")
+    output.write_output(base, [[encode_examples(pa.RecordBatch.from_pydict(cols, schema=arrow), SCHEMA)]
+                               for cols in parts], schema=SCHEMA, compression=compression, engine="test")
 
 
 def column(parts: list[dict], name: str) -> list:

@@ -109,14 +109,8 @@ def write_tf(path: str, recs: list[bytes], compression: str = "none") -> str:
 
 def write_output(out: str, shards: list[tuple[int, int]], compression: str = "none", schema=SCHEMA) -> dict:
     """Our output contract (the converters' layout): one shard per (start, n) of rows; local or hdfs://."""
-    files = []
-    for k, (start, n) in enumerate(shards):
-        batch = [encode_examples(rows(start, n), schema)] if n else []
-        files.append(output.write_shard(batch, out, "attempt-0", output.shard_name(k, len(shards), compression),
-                                        compression))
-    total = sum(n for _, n in shards)
-    return output.commit(out, files, [], output.ConversionTotals(input_rows=total, records=total, rejected=0),
-                         schema=schema, compression=compression, engine="test")
+    return output.write_output(out, [[encode_examples(rows(start, n), schema)] if n else [] for start, n in shards],
+                               schema=schema, compression=compression, engine="test")
 
 
 def upload(local: str, uri: str) -> str:

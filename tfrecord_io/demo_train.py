@@ -63,18 +63,13 @@ def make_demo_output(output_dir: str, rows: int = 100_000, shards: int = 4, comp
     schema = taxi_schema()
     output.prepare_output(output_dir, overwrite=True)
     bounds = np.linspace(0, rows, shards + 1).astype(int)
-    written = []
-    for k in range(shards):
-        lo, hi = int(bounds[k]), int(bounds[k + 1])
 
-        def batches(lo=lo, hi=hi):
-            for start in range(lo, hi, 50_000):
-                yield encode_examples(demo_rows(start, min(50_000, hi - start), seed), schema)
+    def batches(lo: int, hi: int):
+        for start in range(lo, hi, 50_000):
+            yield encode_examples(demo_rows(start, min(50_000, hi - start), seed), schema)
 
-        written.append(output.write_shard(batches(), output_dir, "demo-0", output.shard_name(k, shards, compression),
-                                          compression))
-    totals = output.ConversionTotals(input_rows=rows, records=rows, rejected=0)
-    return output.commit(output_dir, written, [], totals, schema=schema, compression=compression, engine="demo")
+    return output.write_output(output_dir, [batches(int(bounds[k]), int(bounds[k + 1])) for k in range(shards)],
+                               schema=schema, compression=compression, engine="demo")
 
 
 def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, learning_rate: float = 1e-3,

@@ -179,6 +179,22 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
     return manifest
 
 
+def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compression: str = "none",
+                 engine: str) -> dict:
+    """Write and commit a whole output from already-encoded records, without an engine.
+
+    ``shards`` holds, per shard, an iterable of serialized-record batches (Arrow binary
+    arrays, e.g. from :func:`tfrecord_io.codec.encode_examples`).  There are no rejects, so
+    every record is an input row.  Returns the manifest.
+    """
+    shards = list(shards)
+    written = [write_shard(batches, output_dir, f"{engine}-0", shard_name(k, len(shards), compression), compression)
+               for k, batches in enumerate(shards)]
+    n = sum(w.records for w in written)
+    return commit(output_dir, written, [], ConversionTotals(input_rows=n, records=n, rejected=0), schema=schema,
+                  compression=compression, engine=engine)
+
+
 def read_manifest(output: str) -> dict:
     """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent)."""
     path = fs.join(output, MANIFEST)
