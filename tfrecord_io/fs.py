@@ -58,7 +58,10 @@ __all__ = [
 
 DEFAULT_HDFS_TIMEOUT = 15.0
 _BUFFER = 4 * 1024 * 1024     # buffered reader/writer size
-_MAX_READ = 8 * 1024 * 1024   # most bytes asked of HDFS in one (time-bounded) call
+# Most bytes asked of HDFS in one (time-bounded) call.  hdfs-native returns each read as a new
+# bytes object; at 1 MiB it stays in the CPU cache.  Copying 385 MB took 0.65-0.74 CPU-s in 1 MiB
+# reads against 0.89-1.33 in 8 MiB reads and 1.25-1.49 in 64 KiB reads (2-core machine).
+_MAX_READ = 1024 * 1024
 _MAGIC = re.compile(r"[*?\[]")
 
 
@@ -483,20 +486,30 @@ class _HdfsReader(io.RawIOBase):
     def seekable(self):
         return True
 
-    def readinto(self, buffer) -> int:
+    def _read(self, size: int) -> bytes:
         global _last_data_read
         wait = _child_waits_until - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        view = memoryview(buffer).cast("B")
-        data = self._fs._call(self.name, self._inner.read, min(len(view), _MAX_READ))
+        data = self._fs._call(self.name, self._inner.read, min(size, _MAX_READ))
         _last_data_read = time.monotonic()
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``min(size, 1 MiB)`` bytes, as hdfs-native returns them (no copy); all if size < 0."""
+        if size is None or size < 0:
+            return self.readall()
+        return self._read(size) if size else b""
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._read(len(view))
         view[:len(data)] = data
         return len(data)
 
     def readall(self) -> bytes:
         chunks = []
-        while chunk := self.read(_MAX_READ):
+        while chunk := self._read(_MAX_READ):
             chunks.append(chunk)
         return b"".join(chunks)
 

@@ -10,7 +10,7 @@ whatever the size of the dataset.
 Bounds (per :class:`ShardCache`, i.e. per ``make_dataset`` call)::
 
     local disk   <= max_files shards (downloaded, downloading or being read)
-    memory       <= download_threads x 8 MiB copy buffers
+    memory       <= download_threads x 1 MiB chunks in flight
 
 A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`; the reader
 asks for its shards one at a time, in order, through :meth:`ShardCache.stream` (a generator fed
@@ -50,7 +50,7 @@ __all__ = ["CacheStats", "ShardCache", "tf_can_open", "scheme_of"]
 
 log = logging.getLogger(__name__)
 
-_COPY_CHUNK = 8 * 1024 * 1024
+_COPY_CHUNK = 1024 * 1024  # the most fs' HDFS reader returns per call (see fs._MAX_READ)
 
 
 def scheme_of(uri: str) -> str:
@@ -308,19 +308,19 @@ class ShardCache:
         local = session.local_path(index)
         part = local + ".part"
         copied = 0
-        buffer = memoryview(bytearray(_COPY_CHUNK))
         try:
             with fs.open(uri, "rb") as src, open(part, "wb") as dst:
-                # Straight from the raw stream into one reused buffer: no buffered-reader copy.
+                # Chunks straight from the raw stream (hdfs-native's own bytes objects): no
+                # buffered-reader copy.
                 raw = getattr(src, "raw", src)
                 while True:
                     if session.aborted:
                         raise _Aborted(uri)
-                    n = raw.readinto(buffer)
-                    if not n:
+                    chunk = raw.read(_COPY_CHUNK)
+                    if not chunk:
                         break
-                    dst.write(buffer[:n])
-                    copied += n
+                    dst.write(chunk)
+                    copied += len(chunk)
             os.rename(part, local)
         except BaseException:
             _remove(part)
