@@ -27,7 +27,7 @@ import tfrecord_io
 from tfrecord_io import fs, output
 from tfrecord_io.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.schema import Schema
-from tfrecord_io.tfdata import LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.tfdata import CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
 
 SCHEMA = Schema.from_dict({
     "record_type": "example",
@@ -265,6 +265,16 @@ def test_prefetch_to_device_only_with_a_gpu(tmp_path):
     with pytest.raises(ValueError, match="cannot be combined with input_context"):
         make_dataset(path, schema=SCHEMA, batch_size=4, prefetch_to_device=True,
                      input_context=tf.distribute.InputContext(1, 0, 1))
+    # Own transformations after the loader: prefetch_to_device=False, then prefetch_to_gpu last.
+    mapped = make_dataset(path, schema=dense, batch_size=4, shuffle=False, prefetch_to_device=False).map(
+        lambda f: f["x"] * 2.0)
+    moved = tfrecord_io.prefetch_to_gpu(mapped)
+    assert ("GPU" if gpus else "CPU") in next(iter(moved)).device
+    assert next(iter(moved)).numpy().tolist() == [0.0, 1.0, 2.0, -2.0]  # x = i / 2, default -1 at i = 3
+    if not gpus:
+        assert moved is mapped
+        with pytest.raises(ValueError, match="sees no GPU"):
+            tfrecord_io.prefetch_to_gpu(mapped, True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,6 +451,19 @@ def test_truncated_file_error(tmp_path):
     with pytest.raises(tf.errors.OpError, match=re.escape(f"{path}: corrupt TFRecord at byte offset {last}: "
                                                           f"truncated data")):
         list(make_dataset(path, schema=SCHEMA, batch_size=8))
+
+
+def test_skip_mode_keeps_every_record_before_the_bad_one_across_chunks(tmp_path):
+    """TF's reader drops the chunk it was filling at a bad record; the loader hands those records on."""
+    n, bad = CHUNK_RECORDS * 2 + 300, CHUNK_RECORDS + 500
+    path = write_tf(str(tmp_path / "big.tfrecord"), records(0, n))
+    offset = corrupt_record(path, bad)
+    ds = make_dataset(path, schema=SCHEMA, batch_size=100, shuffle=False, on_corrupt="skip")
+    got = unbatch(ds)
+    assert [i for i, _ in got] == list(range(bad))
+    assert all(values == expected(i) for i, values in got)
+    (skipped,) = ds.loader_stats.skipped
+    assert (skipped.offset, skipped.records_kept, ds.loader_stats.records_read) == (offset, bad, bad)
 
 
 def test_skip_mode_drops_the_rest_of_each_corrupt_file_and_counts(tmp_path, caplog):

@@ -22,6 +22,7 @@ _EXPORTS = {
     "CorruptRecordError": "tfrecord_io.framing",
     "make_dataset": "tfrecord_io.tfdata",
     "input_fn": "tfrecord_io.tfdata",
+    "prefetch_to_gpu": "tfrecord_io.tfdata",
     "steps_per_epoch": "tfrecord_io.tfdata",
 }
 

@@ -72,61 +72,79 @@ def make_demo_output(output_dir: str, rows: int = 100_000, shards: int = 4, comp
                                schema=schema, compression=compression, engine="demo")
 
 
-def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, learning_rate: float = 1e-3,
-               seed: int | None = 0, verbose: int = 1, **loader_options) -> dict:
-    """Fit a small model on ``source`` with ``model.fit(make_dataset(...))``; returns what it measured.
+def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
+    """``(model, to_xy, names)``: the demo's compiled Keras model for an example ``schema``.
 
-    The model sees every scalar float/int64 feature (cast to float32, batch-normalized) through
-    two Dense layers.  An int64 label is taken as a 0/1 class (binary cross-entropy), a float
-    label as a regression target.  Returns ``{"examples", "steps", "seconds", "examples_per_sec",
-    "final_loss", "features"}`` (plus ``"steady_examples_per_sec"``, the rate after the first
-    epoch, when there is a manifest and more than one epoch) and prints one line with examples/s.
+    The model sees every scalar float/int64 feature ``names`` (cast to float32, stacked, batch-
+    normalized) through two Dense layers.  An int64 label is taken as a 0/1 class (binary
+    cross-entropy), a float label as a regression target.  ``to_xy(features, label)`` turns a
+    :func:`~tfrecord_io.tfdata.make_dataset` batch into the model's ``(x, y)``.
     """
     import keras
     import tensorflow as tf
 
-    from tfrecord_io.tfdata import make_dataset, resolve_source, steps_per_epoch
-
-    src = resolve_source(source)
-    # With a manifest: one endless dataset and exact steps per epoch (the pipeline is built once);
-    # without: Keras reads the dataset to its end in each epoch.
-    steps = steps_per_epoch(src, batch_size) if src.total_records is not None else None
-    ds = make_dataset(src, schema=schema, batch_size=batch_size, seed=seed,
-                      num_epochs=None if steps else 1, **loader_options)
-    resolved = schema or src.schema
-    if resolved is None:
-        raise ValueError("train_demo needs a schema: pass schema= for a source without a manifest")
-    if not hasattr(resolved, "features"):
+    if not hasattr(schema, "features"):
         from tfrecord_io.schema import Schema
 
-        resolved = Schema.load(resolved) if isinstance(resolved, (str, Path)) else Schema.from_dict(resolved)
-    if resolved.record_type != "example" or resolved.label is None:
-        raise ValueError("train_demo needs an example schema with a label")
-    names = [f.name for f in resolved.features
-             if f.name != resolved.label and f.type in ("float", "int64") and f.shape is None]
+        schema = Schema.load(schema) if isinstance(schema, (str, Path)) else Schema.from_dict(schema)
+    if schema.record_type != "example" or schema.label is None:
+        raise ValueError("the demo model needs an example schema with a label")
+    names = [f.name for f in schema.features
+             if f.name != schema.label and f.type in ("float", "int64") and f.shape is None]
     if not names:
-        raise ValueError("train_demo needs at least one scalar float or int64 feature")
-    label_type = resolved.feature(resolved.label).type
-    seen = tf.Variable(0, dtype=tf.int64, trainable=False)
+        raise ValueError("the demo model needs at least one scalar float or int64 feature")
 
     def to_xy(features, label):
-        seen.assign_add(tf.shape(label, out_type=tf.int64)[0])
         x = tf.stack([tf.cast(features[n], tf.float32) for n in names], axis=1)
         return x, tf.cast(label, tf.float32)
 
-    train = ds.map(to_xy, num_parallel_calls=tf.data.AUTOTUNE)
     if seed is not None:
         keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape=(len(names),), name="numeric")
     h = keras.layers.BatchNormalization()(inputs)
     h = keras.layers.Dense(64, activation="relu")(h)
     h = keras.layers.Dense(32, activation="relu")(h)
-    binary = label_type == "int64"
+    binary = schema.feature(schema.label).type == "int64"
     outputs = keras.layers.Dense(1, activation="sigmoid" if binary else None)(h)
     model = keras.Model(inputs, outputs)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss="binary_crossentropy" if binary else "mse",
                   metrics=["accuracy"] if binary else [])
+    return model, to_xy, names
+
+
+def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, learning_rate: float = 1e-3,
+               seed: int | None = 0, verbose: int = 1, prefetch_to_device: bool | str = "auto",
+               **loader_options) -> dict:
+    """Fit :func:`numeric_model` on ``source`` with ``model.fit(make_dataset(...))``; returns what it measured.
+
+    Returns ``{"examples", "steps", "seconds", "examples_per_sec", "final_loss", "features"}``
+    (plus ``"steady_examples_per_sec"``, the rate after the first epoch, when there is a manifest
+    and more than one epoch) and prints one line with examples/s.  The batches go to the GPU,
+    when there is one, after they are turned into the model's inputs (:func:`prefetch_to_gpu`).
+    """
+    import keras
+    import tensorflow as tf
+
+    from tfrecord_io.tfdata import make_dataset, prefetch_to_gpu, resolve_source, steps_per_epoch
+
+    src = resolve_source(source)
+    resolved = schema or src.schema
+    if resolved is None:
+        raise ValueError("train_demo needs a schema: pass schema= for a source without a manifest")
+    model, to_xy, names = numeric_model(resolved, learning_rate=learning_rate, seed=seed)
+    # With a manifest: one endless dataset and exact steps per epoch (the pipeline is built once);
+    # without: Keras reads the dataset to its end in each epoch.
+    steps = steps_per_epoch(src, batch_size) if src.total_records is not None else None
+    ds = make_dataset(src, schema=schema, batch_size=batch_size, seed=seed,
+                      num_epochs=None if steps else 1, prefetch_to_device=False, **loader_options)
+    seen = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def counted(features, label):
+        seen.assign_add(tf.shape(label, out_type=tf.int64)[0])
+        return to_xy(features, label)
+
+    train = prefetch_to_gpu(ds.map(counted, num_parallel_calls=tf.data.AUTOTUNE), prefetch_to_device)
 
     class EpochTimer(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
