@@ -1,8 +1,9 @@
 """The Spark job (tfrecord_io.spark, jobs/to_tfrecord.py, ``tfrecord-io convert``) end to end.
 
 Real Spark (in-process local[2] via the ``spark`` fixture, and ``spark-submit`` subprocesses,
-including a standalone master + worker started from pyspark's own scripts), real HDFS (the
-``hdfs`` fixture), TensorFlow's own reader to check the output.  No mocks.
+including standalone clusters started from pyspark's own scripts: a master + one worker, and a
+master + workers on two host addresses for speculative attempts), real HDFS (the ``hdfs``
+fixture), TensorFlow's own reader to check the output.  No mocks.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def test_write_stage_pickles_and_checks_a_batch():
     schema = Schema.load(str(SCHEMA))
     checker = RowChecker(schema, "csv", False, {})
     write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", checker=checker,
-                       fail_first_attempt="0")
+                       fail_first_attempt="0", stall_first_attempt="1,2")
     for fn in (write, checker):
         assert pickle.loads(pickle.dumps(fn)) == fn
         assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
@@ -203,8 +204,24 @@ def test_write_stage_pickles_and_checks_a_batch():
         {"source": "file:///a.csv", "line": 6, "offset": 0, "raw": '5,"x', "reason": reasons[4]}]
 
 
+def test_fault_switches_pick_first_attempts_and_stall_stops_when_temporary_is_gone(tmp_path):
+    from tfrecord_io.spark import _first_attempt_of, _stall_after_first
+
+    assert [_first_attempt_of("0, 2", p, 0) for p in range(4)] == [True, False, True, False]
+    assert _first_attempt_of("*", 5, 0) and not _first_attempt_of("*", 5, 1) and not _first_attempt_of("", 0, 0)
+    batches = [pa.array([b"a"]), pa.array([b"b", b"c"])]
+    temporary = tmp_path / "_temporary"
+    temporary.mkdir()
+    assert list(_stall_after_first(iter(batches), "att", str(temporary), seconds=0.1)) == batches  # stall over
+    stalled = _stall_after_first(iter(batches), "att", str(temporary), seconds=60)
+    assert next(stalled) is batches[0]
+    temporary.rmdir()  # the job committed while this attempt slept: it must not write on
+    with pytest.raises(RuntimeError, match="stalled task attempt att writes nothing more"):
+        next(stalled)
+
+
 # ---------------------------------------------------------------------------------------------
-# spark-submit: local -> local, faults, HDFS, standalone cluster, the CLI
+# spark-submit: local -> local, faults (retries, speculation), HDFS, standalone clusters, the CLI
 # ---------------------------------------------------------------------------------------------
 def test_submit_local_to_local(example_input, clean_run):
     _, rows = example_input
@@ -265,51 +282,80 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def standalone(tmp_path):
-    """A Spark standalone master + 1 worker (pyspark's sbin/spark-daemon.sh, which start-master.sh
-    and start-worker.sh wrap; the pip package ships only the former), on 127.0.0.1, started with
-    a clean environment and a working directory outside the repository."""
+def _standalone_cluster(run: Path, hosts: list[str], cores: int):
+    """Start a Spark standalone master (on 127.0.0.1) and one worker per entry of ``hosts`` (its
+    ``--host``, and its SPARK_LOCAL_IP, so its executors live on that address too) with pyspark's
+    sbin/spark-daemon.sh, which start-master.sh and start-worker.sh wrap (the pip package ships
+    only the former), in a clean environment and a working directory outside the repository.
+    A generator: yields (master URL, run dir); the caller stops the daemons by closing it."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    run = tmp_path / "cluster"
-    (run / "work").mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
+    for host in hosts:  # e.g. 127.0.0.2: any 127/8 address is loopback on Linux
+        with socket.socket() as s:
+            try:
+                s.bind((host, 0))
+            except OSError as e:
+                raise AssertionError(f"cannot bind to {host} for a standalone worker: {e}") from e
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(run)), "SPARK_HOME": str(home),
            "SPARK_LOG_DIR": str(run / "logs"), "SPARK_PID_DIR": str(run / "pids"),
-           "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(run / "work")}
+           "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1"}
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
-    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    port, ui = _free_port(), _free_port()
     daemon = str(home / "sbin" / "spark-daemon.sh")
     master_cls, worker_cls = "org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker"
     master = f"spark://127.0.0.1:{port}"
-    started = []
+    started: list[tuple[str, int, dict]] = []  # (class, spark-daemon.sh instance number, env)
+
+    def start(cls: str, instance: int, daemon_env: dict, *args: str) -> None:
+        subprocess.run([daemon, "start", cls, str(instance), *args], env=daemon_env, cwd=run, check=True,
+                       capture_output=True, timeout=120)
+        started.append((cls, instance, daemon_env))
+
     try:
-        subprocess.run([daemon, "start", master_cls, "1", "--host", "127.0.0.1", "--port", str(port),
-                        "--webui-port", str(ui)], env=env, cwd=run, check=True, capture_output=True, timeout=120)
-        started.append(master_cls)
-        subprocess.run([daemon, "start", worker_cls, "1", "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-                        "--webui-port", str(worker_ui), "--work-dir", str(run / "work"), master],
-                       env=env, cwd=run, check=True, capture_output=True, timeout=120)
-        started.append(worker_cls)
+        start(master_cls, 1, env, "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+        for n, host in enumerate(hosts, start=1):
+            work = run / f"work-{n}"
+            work.mkdir(exist_ok=True)
+            start(worker_cls, n, {**env, "SPARK_LOCAL_IP": host, "SPARK_WORKER_DIR": str(work)},
+                  "--host", host, "--cores", str(cores), "--memory", "1g", "--webui-port", str(_free_port()),
+                  "--work-dir", str(work), master)
         deadline = time.monotonic() + 90
         while True:
+            alive = []
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
-                    if any(w.get("state") == "ALIVE" for w in json.load(r).get("workers", [])):
-                        break
+                    alive = [w.get("host") for w in json.load(r).get("workers", []) if w.get("state") == "ALIVE"]
             except OSError:
                 pass
+            if sorted(alive) == sorted(hosts):
+                break
             if time.monotonic() > deadline:
-                logs = "\n".join(p.read_text()[-3000:] for p in (run / "logs").glob("*.out"))
-                raise AssertionError(f"the standalone worker did not register with {master}:\n{logs}")
+                logs = "\n".join(f"--- {p.name}\n" + p.read_text()[-3000:] for p in (run / "logs").glob("*.out"))
+                raise AssertionError(f"standalone workers on {hosts} did not all register with {master} "
+                                     f"(alive: {alive}):\n{logs}")
             time.sleep(0.5)
         yield master, run
     finally:
-        for cls in reversed(started):
-            subprocess.run([daemon, "stop", cls, "1"], env=env, cwd=run, capture_output=True, timeout=120)
+        for cls, instance, daemon_env in reversed(started):
+            subprocess.run([daemon, "stop", cls, str(instance)], env=daemon_env, cwd=run, capture_output=True,
+                           timeout=120)
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    """A Spark standalone master + 1 worker (2 cores) on 127.0.0.1."""
+    yield from _standalone_cluster(tmp_path / "cluster", ["127.0.0.1"], cores=2)
+
+
+@pytest.fixture
+def standalone_two_hosts(tmp_path):
+    """A Spark standalone master + 2 one-core workers on two host addresses, 127.0.0.1 and
+    127.0.0.2: Spark never launches a speculative copy of a task on a host where an attempt of it
+    already runs."""
+    yield from _standalone_cluster(tmp_path / "cluster", ["127.0.0.1", "127.0.0.2"], cores=1)
 
 
 def _executor_python(tmp_path: Path) -> str:
@@ -349,6 +395,120 @@ def test_submit_standalone_cluster_with_py_files(standalone, example_input, tmp_
     spark_submit(args + ["--output", str(out)], master=master, conf=conf, extra=["--py-files", zip_path])
     assert listing(out) == shard_names(2) | {"_manifest.json", "_SUCCESS"}
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows[:1000])
+
+
+def _event_log(events_dir: Path) -> list[dict]:
+    """The events of the one application that logged to ``events_dir`` (one uncompressed JSON-lines file)."""
+    logs = [p for p in events_dir.iterdir() if not p.name.startswith(".")]
+    assert len(logs) == 1 and logs[0].is_file(), f"expected one event log file in {events_dir}: {logs}"
+    return [json.loads(line) for line in logs[0].read_text().splitlines() if line.strip()]
+
+
+def _executor_logs(run: Path) -> str:
+    """The stderr of every executor the standalone workers under ``run`` started."""
+    return "".join(f"--- {p.relative_to(run)}\n{p.read_text(errors='replace')}"
+                   for p in sorted(run.glob("work-*/app-*/*/stderr")))
+
+
+def _task_line(event: dict) -> str:
+    info = event["Task Info"]
+    reason = event.get("Task End Reason") or {}
+    return (f"{event['Event'].removeprefix('SparkListener')} stage {event['Stage ID']} TID {info['Task ID']} "
+            f"partition {info['Index']} attempt {info['Attempt']} host {info['Host']} "
+            f"speculative={info['Speculative']} killed={info['Killed']} "
+            f"{reason.get('Reason', '')} {reason.get('Kill Reason', '')}").rstrip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has stopped
+    except FileNotFoundError:
+        return False
+
+
+def test_submit_speculative_attempts_are_exactly_once(standalone_two_hosts, example_input, clean_run, tmp_path):
+    """A real speculative attempt of a write-stage task, on a two-host standalone cluster: partition 0's
+    first attempt writes a batch under _temporary/<attempt>/ and stalls; Spark launches a speculative copy
+    on the other host, the copy wins, the straggler and its Python worker are killed before the commit.
+    The output is exactly the clean run's: the same files, the same records in each shard, no _temporary."""
+    master, run = standalone_two_hosts
+    d, rows = example_input
+    exec_python = _executor_python(tmp_path)
+    zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
+    events = tmp_path / "events"
+    events.mkdir()
+    conf = {"spark.pyspark.python": exec_python, "spark.executorEnv.PYSPARK_PYTHON": exec_python,
+            "spark.pyspark.driver.python": sys.executable, "spark.executor.memory": "512m",
+            "spark.executor.cores": "1", "spark.cores.max": "2",  # one executor on each host
+            "spark.task.maxFailures": "1",  # no retries: only speculation may run a partition twice
+            "spark.locality.wait": "0s",
+            # Speculate once 1 of the 3 write tasks is done, on anything 1.2x slower than the median
+            # (the first Python task on an executor starts its Python worker: seconds on 2 cores).
+            "spark.speculation": "true", "spark.speculation.interval": "100ms",
+            "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.2",
+            "spark.speculation.minTaskRuntime": "500ms", "spark.speculation.efficiency.enabled": "false",
+            "spark.python.task.killTimeout": "1s",
+            "spark.tfrecordio.stallFirstAttempt": "0",  # the conf form (the retry test uses the env form)
+            "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+    out = tmp_path / "out"
+    # The clean run's arguments: the records must come out byte for byte the same.
+    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
+                         "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)],
+                        master=master, conf=conf, extra=["--py-files", zip_path],
+                        env={"SPARK_LOCAL_IP": "127.0.0.1"}, timeout=240)
+    executors = _executor_logs(run)
+    ev = _event_log(events)
+    tasks = [e for e in ev if e["Event"] in ("SparkListenerTaskStart", "SparkListenerTaskEnd")]
+    story = "\n".join(_task_line(e) for e in tasks)
+    context = (f"\n--- tasks (event log)\n{story}\n--- executors' stderr (tails)\n"
+               + "\n".join(part[-2500:] for part in executors.split("--- ")[1:])
+               + f"\n--- spark-submit stderr (tail)\n{proc.stderr[-2500:]}")
+
+    stalls = re.findall(r"stalling task attempt (\w+)-s(\d+)-p(\d+)-a(\d+)-t(\d+) mid-write", executors)
+    assert len(stalls) == 1 and stalls[0][2:4] == ("00000", "0"), f"expected one stalled attempt: {stalls}" + context
+    stage, tid = int(stalls[0][1]), int(stalls[0][4])
+    ends = {e["Task Info"]["Task ID"]: e for e in tasks
+            if e["Event"] == "SparkListenerTaskEnd" and e["Stage ID"] == stage}
+    starts = [e for e in tasks if e["Event"] == "SparkListenerTaskStart" and e["Stage ID"] == stage]
+    # The speculative copy: started as speculative, on the other host, and it succeeded.
+    spec = [e for e in starts if e["Task Info"]["Speculative"] and e["Task Info"]["Index"] == 0]
+    assert len(spec) == 1, f"no speculative attempt of partition 0 in write stage {stage}" + context
+    copy = ends.get(spec[0]["Task Info"]["Task ID"])
+    stalled = ends.get(tid)
+    assert copy and copy["Task End Reason"]["Reason"] == "Success", "the speculative copy did not succeed" + context
+    assert stalled and stalled["Task Info"]["Killed"] and stalled["Task End Reason"]["Reason"] == "TaskKilled", \
+        f"the stalled attempt TID {tid} was not killed" + context
+    assert stalled["Task Info"]["Host"] != copy["Task Info"]["Host"], context
+    # Every attempt ended; each partition succeeded exactly once; nothing failed (only killed).
+    assert {e["Task Info"]["Task ID"] for e in starts} == set(ends), context
+    done = sorted(e["Task Info"]["Index"] for e in ends.values() if e["Task End Reason"]["Reason"] == "Success")
+    assert done == list(range(SHARDS)), context
+    assert all(e["Task End Reason"]["Reason"] in ("Success", "TaskKilled") for e in ends.values()), context
+    # Spark killed the straggler because the copy won, and killed its Python worker (which sleeps);
+    # it never woke up, and it had ended before the driver committed.
+    assert re.search(rf"trying to kill task 0\.0 in stage {stage}\.0 \(TID {tid}\).*reason: another attempt "
+                     r"succeeded", executors), context
+    assert re.search(rf"Attempting to kill Python Worker - task 0\.0 in stage {stage} \(TID {tid}\)", executors), \
+        context
+    assert "woke after" not in executors, context
+    pid = int(re.search(r"stalling task attempt \S+ mid-write \(python pid (\d+)\)", executors).group(1))
+    assert not _alive(pid), f"the stalled Python worker (pid {pid}) still runs" + context
+    success_ms = (out / "_SUCCESS").stat().st_mtime_ns // 1_000_000
+    assert success_ms >= stalled["Task Info"]["Finish Time"], "committed before the straggler stopped" + context
+
+    clean_out = clean_run[0]
+    assert listing(out) == listing(clean_out)  # no stray files, no _temporary
+    for name in sorted(shard_names(SHARDS, ".gz")):
+        assert serialized_records([out / name]) == serialized_records([clean_out / name]), name
+    manifest, clean_manifest = output.read_manifest(str(out)), output.read_manifest(str(clean_out))
+    assert manifest["totals"] == clean_manifest["totals"]
+    assert ({f["path"]: f["records"] for f in manifest["files"]}
+            == {f["path"]: f["records"] for f in clean_manifest["files"]})
+    assert rejects_of(str(out)) == rejects_of(str(clean_out))
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+    print("speculation (event log):\n" + "\n".join(_task_line(e) for e in tasks if e["Stage ID"] == stage))
 
 
 def test_cli_convert_fails_over_reject_limit(tmp_path):

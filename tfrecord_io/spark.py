@@ -100,7 +100,15 @@ Exactly once
 
 Fault injection (tests): ``TFRECORD_IO_FAIL_FIRST_ATTEMPT=0,3`` (or ``*``) in the driver's
 environment, or ``--conf spark.tfrecordio.failFirstAttempt=0,3``, makes the first attempt of
-those write-stage partitions die (``os._exit``) after writing their first batch.
+those write-stage partitions die (``os._exit``) after writing their first batch (Spark retries
+them).  ``TFRECORD_IO_STALL_FIRST_ATTEMPT=0,3`` (or ``*``), or ``--conf
+spark.tfrecordio.stallFirstAttempt=0,3``, makes it a straggler instead: after writing its first
+batch it sleeps (up to 120 s) holding its partly written file under ``_temporary/<attempt>/``,
+for speculation to copy it (with ``spark.speculation=true`` on a cluster: Spark never speculates
+in local mode, nor on the host where the task already runs); Spark kills it when the copy wins.
+A stalled attempt that wakes to find ``_temporary`` gone fails without writing more.  Both are
+read in the driver and travel to the executors inside the :class:`WriteStage`; only attempt 0
+is affected, so retries and speculative copies run normally.
 
 The function shipped to executors is an instance of a module-level class (:class:`WriteStage`,
 holding a :class:`RowChecker`), picklable with plain ``pickle`` as well as cloudpickle; executors
@@ -139,8 +147,8 @@ from tfrecord_io.schema import Feature, Schema, SchemaError
 
 __all__ = [
     "ConversionError", "ConversionOptions", "DEFAULT_BYTES_PER_SHARD", "DEFAULT_MAX_STEPS",
-    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "RowChecker", "WriteStage", "package_zip",
-    "run_conversion",
+    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "RowChecker", "STALL_FIRST_ATTEMPT_CONF",
+    "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "package_zip", "run_conversion",
 ]
 
 DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
@@ -148,6 +156,9 @@ DEFAULT_MAX_STEPS = 10_000
 FORMATS = ("csv", "json")
 FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_FAIL_FIRST_ATTEMPT"
 FAIL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.failFirstAttempt"
+STALL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_STALL_FIRST_ATTEMPT"
+STALL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.stallFirstAttempt"
+STALL_S = 120.0
 STRAGGLER_WAIT_S = 30.0
 
 # Internal columns (feature names may not start with the prefix).
@@ -260,7 +271,9 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     try:
         read = _read_input(spark, schema, options)
         num_shards = options.num_shards or max(1, math.ceil(read.size / options.bytes_per_shard))
-        staged, write = _plan(read, schema, options, job_id, num_shards, _fail_first_attempt(spark))
+        staged, write = _plan(read, schema, options, job_id, num_shards,
+                              fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
+                              stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_CONF))
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
@@ -316,10 +329,11 @@ def _spark_message(e: BaseException) -> str:
     return "\n".join(lines[:12]) or type(e).__name__
 
 
-def _fail_first_attempt(spark) -> str:
-    value = os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "")
+def _fault_switch(spark, env: str, conf: str) -> str:
+    """A fault-injection switch (partitions, or ``*``): the conf ``conf``, else the driver's ``$env``."""
+    value = os.environ.get(env, "")
     try:
-        value = spark.conf.get(FAIL_FIRST_ATTEMPT_CONF, value) or value
+        value = spark.conf.get(conf, value) or value
     except Exception:  # noqa: BLE001 - an unset conf on some deployments
         pass
     return value.strip()
@@ -555,7 +569,8 @@ def _prepare(df, schema: Schema, fmt: str, extra_nulls: tuple):
 # ---------------------------------------------------------------------------------------------
 # Plan
 # ---------------------------------------------------------------------------------------------
-def _plan(read: _Read, schema: Schema, opts: ConversionOptions, job_id: str, num_shards: int, fail: str):
+def _plan(read: _Read, schema: Schema, opts: ConversionOptions, job_id: str, num_shards: int, fail: str = "",
+          stall: str = ""):
     """The DataFrame the write stage runs on, and the write stage."""
     from functools import reduce
 
@@ -574,7 +589,8 @@ def _plan(read: _Read, schema: Schema, opts: ConversionOptions, job_id: str, num
         staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
     checker = RowChecker(schema, opts.input_format, opts.multiline, read.layouts)
     write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
-                       checker=checker, max_steps=opts.max_steps, fail_first_attempt=fail)
+                       checker=checker, max_steps=opts.max_steps, fail_first_attempt=fail,
+                       stall_first_attempt=stall)
     return staged, write
 
 
@@ -947,7 +963,8 @@ class WriteStage:
     compression: str
     checker: RowChecker
     max_steps: int = DEFAULT_MAX_STEPS
-    fail_first_attempt: str = ""
+    fail_first_attempt: str = ""  # fault injection (tests), see the module docstring
+    stall_first_attempt: str = ""
 
     @property
     def schema(self) -> Schema:
@@ -964,13 +981,16 @@ class WriteStage:
                                f"task attempt {attempt} writes nothing")
         spool = _RejectSpool()
         stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
-        die = self._should_fail(part, attempt_number)
+        die = _first_attempt_of(self.fail_first_attempt, part, attempt_number)
+        stall = _first_attempt_of(self.stall_first_attempt, part, attempt_number)
         if self.schema.record_type == "example":
             records = self._example_records(batches, spool, stats)
         else:
             records = self._sequence_records(batches, spool, stats)
         if die:
             records = _die_after_first(records, attempt)
+        elif stall:
+            records = _stall_after_first(records, attempt, fs.join(self.output, output.TEMPORARY))
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
             shard = output.write_shard(records, self.output, attempt, final, self.compression)
@@ -996,14 +1016,6 @@ class WriteStage:
             "rejected": [spool.count] * len(rows),
             "rows_in_records": [stats["rows_in_records"]] * len(rows),
         }, schema=_REPORT_SCHEMA)
-
-    def _should_fail(self, part: int, attempt_number: int) -> bool:
-        spec = self.fail_first_attempt
-        if not spec or attempt_number != 0:
-            return False
-        if spec.strip() in ("*", "all"):
-            return True
-        return str(part) in {p.strip() for p in spec.split(",")}
 
     # -- Examples -----------------------------------------------------------------------------
     def _example_records(self, batches, spool: _RejectSpool, stats: dict) -> Iterator[pa.Array]:
@@ -1187,6 +1199,15 @@ def _reject_json(row: dict) -> dict:
             "reason": row[REASON]}
 
 
+def _first_attempt_of(spec: str, part: int, attempt_number: int) -> bool:
+    """Does a fault-injection switch (``0,3``, ``*`` or ``all``) pick this task attempt?"""
+    if not spec or attempt_number != 0:
+        return False
+    if spec.strip() in ("*", "all"):
+        return True
+    return str(part) in {p.strip() for p in spec.split(",")}
+
+
 def _die_after_first(records: Iterator[pa.Array], attempt: str) -> Iterator[pa.Array]:
     """Fault injection: pass the first batch to the writer, then kill this Python worker."""
     for batch in records:
@@ -1195,6 +1216,32 @@ def _die_after_first(records: Iterator[pa.Array], attempt: str) -> Iterator[pa.A
         sys.stderr.flush()
         os._exit(86)
     # An empty partition has nothing to die in the middle of.
+
+
+def _stall_after_first(records: Iterator[pa.Array], attempt: str, temporary: str,
+                       seconds: float = STALL_S) -> Iterator[pa.Array]:
+    """Fault injection: pass the first batch to the writer, then sleep (a straggler) until Spark
+    kills this Python worker, for up to ``seconds``; fail if ``temporary`` is gone by then."""
+    first = True
+    for batch in records:
+        yield batch
+        if not first:
+            continue
+        first = False
+        sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: stalling task attempt {attempt} mid-write "
+                         f"(python pid {os.getpid()})\n")
+        sys.stderr.flush()
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            time.sleep(0.5)
+            if not fs.exists(temporary):
+                break
+        sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
+                         f"{time.monotonic() - started:.1f}s\n")
+        sys.stderr.flush()
+        if not fs.exists(temporary):
+            raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
+                               f"{attempt} writes nothing more")
 
 
 # ---------------------------------------------------------------------------------------------
