@@ -228,8 +228,10 @@ def test_source_errors(tmp_path):
         make_dataset(path, schema=SCHEMA, batch_size=2, on_corrupt="ignore")
     with pytest.raises(ValueError, match="batch_size"):
         make_dataset(path, schema=SCHEMA, batch_size=0)
-    with pytest.raises(ValueError, match="cache_files=3 is too small"):
-        make_dataset(path, schema=SCHEMA, batch_size=2, cycle_length=3, cache_files=3)
+    with pytest.raises(ValueError, match="cache_files=8 is too small for cycle_length=3"):
+        make_dataset(path, schema=SCHEMA, batch_size=2, cycle_length=3, cache_files=8)
+    with pytest.raises(ValueError, match="cache_files must be at least 3"):
+        make_dataset(path, schema=SCHEMA, batch_size=2, cache_files=2)
     seq = Schema.load(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
     out = str(tmp_path / "out")
     write_output(out, [(0, 5)])
@@ -508,7 +510,7 @@ def _cache_files(cache_dir: Path) -> list[Path]:
     return [p for p in cache_dir.rglob("*") if p.is_file()]
 
 
-@pytest.mark.parametrize("cache_files", [2, 4])
+@pytest.mark.parametrize("cache_files", [3, 6])
 def test_hdfs_output_contract_streams_through_a_bounded_cache(hdfs, tmp_path, cache_files):
     out = hdfs.uri(f"/tfdata/bounded-{cache_files}")
     write_output(out, [(k * 40, 40) for k in range(9)], "gzip")
@@ -567,7 +569,7 @@ def test_hdfs_input_context_sharding(hdfs):
 
 def test_hdfs_early_stop_leaves_no_shards(hdfs, tmp_path):
     out = hdfs.uri("/tfdata/early")
-    write_output(out, [(k * 2000, 2000) for k in range(4)])  # more than tf.data buffers ahead
+    write_output(out, [(k * 30_000, 30_000) for k in range(4)])  # more than tf.data buffers ahead
     cache_dir = tmp_path / "cache"
     ds = make_dataset(out, batch_size=10, shuffle=False, cache_dir=str(cache_dir))
     it = iter(ds)

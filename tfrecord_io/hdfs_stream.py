@@ -12,21 +12,22 @@ Bounds (per :class:`ShardCache`, i.e. per ``make_dataset`` call)::
     local disk   <= max_files shards (downloaded, downloading or being read)
     memory       <= download_threads x 1 MiB chunks in flight
 
-A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`; the reader
-asks for its shards one at a time, in order, through :meth:`ShardCache.stream` (a generator fed
-to ``tf.data.Dataset.from_generator``), and hands each back with :meth:`ShardCache.release` when
-it reaches the shard's end.  Free slots go to downloading the next shards of the pass ahead of
-the reader.  tf.data closes the owner when the pipeline is torn down, so an early stop (``take``,
-an error, a deleted iterator) leaves nothing behind.  Rules that keep this deadlock-free:
+A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`.  The reader
+gives the pass its shards in reading order with :meth:`ShardCache.plan` (which returns at once
+and starts downloading ahead), asks for each shard's local copy with :meth:`ShardCache.fetch`
+(from any thread: the loader calls it from a parallel interleave's workers, as each one opens
+its next file) and hands it back with :meth:`ShardCache.release` when it reaches the shard's end.
+Free slots go to downloading the next shards of the pass ahead of the reader.  tf.data closes
+the owner when the pipeline is torn down, so an early stop (``take``, an error, a deleted
+iterator) leaves nothing behind.  Rules that keep this deadlock-free:
 
-* nothing ever waits for a *release*, i.e. for the reader's progress: py_functions (and
-  generators) run on a small shared pool of threads, and a parallel interleave calls its input
-  while holding its own lock, so such a wait hangs the pipeline.  The generator only waits for a
-  download it has started, which progresses on the cache's own threads;
-* a shard the reader asks for is always fetched, even when the cache is full (``over_bound``
-  counts it, and it cannot happen when ``max_files`` exceeds the number of shards the reader
-  holds open: the loader reads with a sequential interleave over ``cycle_length`` shards and
-  defaults ``max_files`` to ``cycle_length + 2``).
+* nothing ever waits for a *release*, i.e. for the reader's progress: py_functions run on the
+  same few threads as the rest of the pipeline, so such a wait could hang it.  ``fetch`` only
+  waits for a download, which progresses on the cache's own threads;
+* so a shard the reader asks for is always fetched, even when the cache is full (``over_bound``
+  counts it; it cannot happen while ``max_files`` is at least the number of shards the reader
+  holds: a parallel interleave holds its ``cycle_length`` open files plus ``2 x cycle_length``
+  it opens ahead, and the loader defaults ``max_files`` to ``3 x cycle_length``).
 
 :func:`tf_can_open` tells whether TensorFlow has a working filesystem for a URI's scheme, in which
 case the loader reads it directly and no cache is used.
@@ -108,13 +109,17 @@ class _Session:
     def __init__(self, sid: int, directory: str):
         self.sid = sid
         self.dir = directory
-        self.uris: list[str] | None = None  # set by stream()
+        self.uris: list[str] | None = None  # set by plan()
         self.futures: dict[int, Future] = {}
         self.slots: set[int] = set()      # indices holding a slot: downloading, on disk or being read
         self.local: dict[str, int] = {}   # local path -> index, from the download's start to release
         self.next_start = 0               # lowest index whose download has not started
-        self.producing = True             # stream() may still hand out shards
         self.aborted = False
+
+    def done(self) -> bool:
+        """Closed, or every shard's download started and every slot handed back."""
+        started_all = self.uris is not None and self.next_start >= len(self.uris)
+        return (self.aborted or started_all) and not self.slots
 
     def local_path(self, index: int) -> str:
         base = self.uris[index].rstrip("/").rsplit("/", 1)[-1]
@@ -134,8 +139,8 @@ class ShardCache:
     garbage collection or when the interpreter exits.  ``download_threads``: shards copied in
     parallel.
 
-    The reader's side, per pass: :meth:`owner` opens and closes the pass, :meth:`stream` hands
-    out the shards' local copies in order, :meth:`release` deletes each one once read.
+    The reader's side, per pass: :meth:`owner` opens and closes the pass, :meth:`plan` sets its
+    shards, :meth:`fetch` hands out each one's local copy, :meth:`release` deletes it once read.
     """
 
     def __init__(self, max_files: int, *, cache_dir: str | None = None, download_threads: int = 2):
@@ -169,7 +174,7 @@ class ShardCache:
         """A one-element generator that opens a pass, yields its id, and closes it when finished.
 
         The loader reads each pass as ``from_generator(cache.owner).flat_map(lambda pass_id:
-        <interleave over from_generator(<cache.stream(pass_id, uris)>)>)``.  flat_map asks the
+        <plan(pass_id, uris), then an interleave over fetch(pass_id, i)>)``.  flat_map asks the
         owner for its next element only once the pass has been read to its end, and tf.data
         closes the owner when the pipeline is torn down mid-pass (iterator deleted, ``take``,
         an error).  Either way every shard of the pass still on disk is deleted then, including
@@ -182,36 +187,37 @@ class ShardCache:
             with self._lock:
                 self._abort_locked(session)
 
-    def stream(self, pass_id: int, uris: Sequence[str]) -> Iterator[tuple[str, int]]:
-        """Yield ``(local_path, index)`` for each of ``uris`` in order, each once it is fully copied.
+    def plan(self, pass_id: int, uris: Sequence[str]) -> int:
+        """Set the pass's shards (in reading order) and start downloading ahead; returns how many.
 
-        ``pass_id`` comes from :meth:`owner`.  Waits only for a download that has started
-        (bounded by the filesystem's own timeouts), never for the reader; re-raises a failed
-        download's error, which names the remote URI.  Hand every yielded path back with
-        :meth:`release` once read.
+        ``pass_id`` comes from :meth:`owner`.  The reader then asks for each shard with
+        :meth:`fetch`, from any thread.
         """
         with self._lock:
             session = self._sessions.get(int(pass_id))
             if session is None or session.aborted or session.uris is not None:
-                raise RuntimeError(f"shard cache pass {int(pass_id)} is not open (or already streamed)")
+                raise RuntimeError(f"shard cache pass {int(pass_id)} is not open (or already planned)")
             session.uris = [u.decode("utf-8") if isinstance(u, bytes) else str(u) for u in uris]
             self._fill_locked()
-        try:
-            for index in range(len(session.uris)):
-                future = self._request(session, index)
-                try:
-                    local = future.result()
-                except CancelledError as e:
-                    raise RuntimeError(f"the shard cache pass was closed while {session.uris[index]} "
-                                       f"was being copied") from e
-                yield local, index
-        except BaseException:
-            with self._lock:
-                self._abort_locked(session)
-            raise
+            return len(session.uris)
+
+    def fetch(self, pass_id: int, index: int) -> str:
+        """The local copy of shard ``index`` of a :meth:`plan`-ned pass, once fully copied.
+
+        Starts its download if it has not started (even over the bound: see the module doc),
+        then waits for it -- never for the reader.  Re-raises a failed download's error, which
+        names the remote URI.  Hand the path back with :meth:`release` once read.
+        """
         with self._lock:
-            session.producing = False
-            self._maybe_finish_locked(session)
+            session = self._sessions.get(int(pass_id))
+            if session is None or session.aborted or session.uris is None:
+                raise RuntimeError(f"shard cache pass {int(pass_id)} is not open")
+        future = self._request(session, int(index))
+        try:
+            return future.result()
+        except CancelledError as e:
+            raise RuntimeError(f"the shard cache pass was closed while {session.uris[index]} "
+                               f"was being copied") from e
 
     def release(self, local_path: str) -> None:
         """The reader is done with ``local_path``: delete it and use its slot for the next shard."""
@@ -281,8 +287,8 @@ class ShardCache:
             self.stats.files_on_disk -= 1
 
     def _maybe_finish_locked(self, session: _Session) -> None:
-        """Forget a pass, and remove its directory, once it hands out nothing and holds no slot."""
-        if not session.producing and not session.slots and session.sid in self._sessions:
+        """Forget a pass, and remove its directory, once it holds no slot and will take no more."""
+        if session.done() and session.sid in self._sessions:
             del self._sessions[session.sid]
             shutil.rmtree(session.dir, ignore_errors=True)
 
@@ -293,7 +299,6 @@ class ShardCache:
         itself, so the count of files on disk never drops below what is there.
         """
         session.aborted = True
-        session.producing = False
         for path, index in list(session.local.items()):
             future = session.futures[index]
             if future.cancel() or future.done():

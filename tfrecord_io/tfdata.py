@@ -23,8 +23,8 @@ The pipeline, per input pipeline (``input_context``)::
 
     files (this pipeline's share: files[id::num_pipelines])
       -> shuffle files (each epoch, seeded)                       [shuffle=True]
-      -> parallel interleave over files (cycle_length, AUTOTUNE, deterministic option;
-         through the HDFS shard cache: sequential interleave + prefetch, see below)
+      -> parallel interleave over files (cycle_length, deterministic option; through the
+         HDFS shard cache, each file waits for its download first, see below)
              per file: TFRecordDataset (CRC-checked) -> chunks of 1024 records
                        -> end-of-file check (corruption names the file and offset; skip mode)
       -> shuffle records in windows of shuffle_buffer (seeded)     [shuffle=True]
@@ -35,12 +35,12 @@ The pipeline, per input pipeline (``input_context``)::
 
 ``hdfs://`` on a TensorFlow without an HDFS filesystem (TF 2.21) goes through
 :class:`tfrecord_io.hdfs_stream.ShardCache`: shards are copied ahead of the reader into a bounded
-local directory (at most ``cache_files`` shards on disk, default ``cycle_length + 2``) and
-deleted once read.  Those shards are read by a sequential interleave over ``cycle_length``
-(default 2) local copies followed by a prefetch; parsing stays parallel.  (tf.data's parallel
-interleave fetches its input while holding its lock and prefetches ``2 x cycle_length`` more
-files, so it would wait for that many downloads before its first batch and stall every reader
-whenever a download is late.)  Each epoch copies the shards again; disk use never grows with
+local directory (at most ``cache_files`` shards on disk, default ``3 x cycle_length``) and
+deleted once read.  The parallel interleave (``cycle_length`` default 2) is given the pass's
+shard list at once; each of its workers waits for its shard's download as it opens it, so a
+late download holds up one file, not the pipeline.  tf.data's parallel interleave opens
+``2 x cycle_length`` files ahead of those it reads: those are the look-ahead, and the reason for
+the ``3 x cycle_length`` bound.  Each epoch copies the shards again; disk use never grows with
 the dataset.
 
 What a batch holds
@@ -106,8 +106,9 @@ CHUNK_RECORDS = 1024
 #: Files read at once by default: local / TF-native files, and files streamed through the cache.
 DEFAULT_CYCLE_LENGTH = 8
 DEFAULT_CACHED_CYCLE_LENGTH = 2
-#: Shards the cache downloads ahead of the cycle_length being read (default cache_files).
-_CACHE_LOOKAHEAD = 2
+#: Shards a parallel interleave holds per file it reads: the open one, and two it opens ahead
+#: (measured on TF 2.21: cycle_length 1 holds 3 shards, 2 holds 6).  The cache's default bound.
+_SHARDS_PER_CYCLE = 3
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 _ON_CORRUPT = ("error", "skip")
 _MAGIC = "*?["
@@ -144,8 +145,9 @@ class LoaderOptions:
     cycle_length: files read at once. Default: min(files, 8); min(files, 2) through the cache.
     cache_dir: where the HDFS shard cache lives (default: the system temp dir).
     cache_files: the most shards on local disk at once through the cache: the ``cycle_length``
-        being read plus those downloaded ahead.  Default ``cycle_length + 2``; at least
-        ``cycle_length + 1``; given alone it can lower the default ``cycle_length``.
+        being read plus those the interleave opens ahead (two per file it reads) and those
+        downloaded ahead.  Default and least ``3 x cycle_length``; given alone it can lower the
+        default ``cycle_length`` (to ``cache_files // 3``).
     download_threads: shards copied into the cache in parallel. Default 2.
     """
 
@@ -196,15 +198,15 @@ class LoaderOptions:
         ptd = self.prefetch_to_device
         if not (ptd in ("auto", True, False) or (isinstance(ptd, str) and ptd)):
             raise ValueError(f"prefetch_to_device must be 'auto', True, False or a device name, got {ptd!r}")
-        if self.cache_files is not None and self.cache_files < 2:
-            raise ValueError(f"cache_files must be at least 2 (one shard read, one downloading), "
-                             f"got {self.cache_files}")
+        if self.cache_files is not None and self.cache_files < _SHARDS_PER_CYCLE:
+            raise ValueError(f"cache_files must be at least {_SHARDS_PER_CYCLE} (one shard read, two opened "
+                             f"ahead by the interleave), got {self.cache_files}")
         if self.cycle_length is not None and self.cache_files is not None \
-                and self.cache_files < self.cycle_length + 1:
+                and self.cache_files < _SHARDS_PER_CYCLE * self.cycle_length:
             raise ValueError(
-                f"cache_files={self.cache_files} is too small for cycle_length={self.cycle_length}: the "
-                f"cycle_length shards being read stay on disk until read, and one more must be downloading, "
-                f"so cache_files must be at least {self.cycle_length + 1}")
+                f"cache_files={self.cache_files} is too small for cycle_length={self.cycle_length}: each "
+                f"shard being read stays on disk until read and the interleave opens two more ahead of it, "
+                f"so cache_files must be at least {_SHARDS_PER_CYCLE * self.cycle_length}")
 
     @property
     def is_deterministic(self) -> bool:
@@ -573,9 +575,9 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
         if cycle is None:
             cycle = DEFAULT_CACHED_CYCLE_LENGTH
             if opts.cache_files is not None:
-                cycle = max(1, min(cycle, opts.cache_files - 1))
+                cycle = max(1, min(cycle, opts.cache_files // _SHARDS_PER_CYCLE))
         cycle = min(n, cycle)
-        max_files = opts.cache_files or cycle + _CACHE_LOOKAHEAD
+        max_files = opts.cache_files or _SHARDS_PER_CYCLE * cycle
         cache = ShardCache(max_files, cache_dir=opts.cache_dir, download_threads=opts.download_threads)
         stats.caches.append(cache.stats)
     cycle = max(cycle, 1)
@@ -620,31 +622,36 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
         return file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
 
-    # Through the cache: one pass (epoch) at a time, opened and closed by cache.owner.  The
-    # shards arrive one by one, so they are read by a plain (sequential) interleave over
-    # cycle_length files, with a prefetch after it; parsing stays parallel.  A parallel
-    # interleave would stall here: it fetches its input while holding its lock, and
-    # prefetches 2 x cycle_length more files (all of which would have to be downloaded
-    # before the first batch); waiting for downloads inside its workers instead occupies
-    # the few threads that run py_functions.
+    # Through the cache: one pass (epoch) at a time, opened and closed by cache.owner.  plan()
+    # gives the cache the pass's shards in reading order and returns at once (downloads start
+    # ahead); each interleave worker then waits in fetch() for its own shard's download as it
+    # opens it.  Nothing waits for the reader (see tfrecord_io.hdfs_stream).
     order = _FileOrder(n, opts.shuffle, opts.seed)
     uris = [f.uri for f in files]
 
-    def generate(pass_id):
+    def plan(pass_id):
         indices = order.next()
-        stream = cache.stream(int(pass_id), [uris[i] for i in indices])
-        try:
-            for local, pos in stream:
-                i = indices[pos]
-                yield local, i, comps[i]
-        finally:
-            stream.close()
+        cache.plan(int(pass_id), [uris[i] for i in indices])
+        return np.array(indices, dtype=np.int64)
 
-    spec = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.string))
+    def fetch(pass_id, pos):
+        return cache.fetch(int(pass_id), int(pos)).encode("utf-8")
+
+    def read_pass(pass_id):
+        indices = tf.numpy_function(plan, [pass_id], tf.int64, stateful=True)
+        indices.set_shape([n])
+        shards = tf.data.Dataset.from_tensor_slices((tf.range(n, dtype=tf.int64), indices))
+
+        def read_shard(pos, index):
+            path = tf.numpy_function(fetch, [pass_id, pos], tf.string, stateful=True)
+            path.set_shape([])
+            return read_file(path, index, tf.gather(tf.constant(comps, tf.string), index))
+
+        return shards.interleave(read_shard, cycle_length=cycle, block_length=1,
+                                 num_parallel_calls=cycle, deterministic=opts.is_deterministic)
+
     passes = tf.data.Dataset.from_generator(cache.owner, output_signature=tf.TensorSpec([], tf.int64))
-    return passes.flat_map(
-        lambda pass_id: tf.data.Dataset.from_generator(generate, args=(pass_id,), output_signature=spec)
-        .interleave(read_file, cycle_length=cycle, block_length=1)).prefetch(tf.data.AUTOTUNE)
+    return passes.flat_map(read_pass)
 
 
 def _shuffle_records(chunks, opts: LoaderOptions):
