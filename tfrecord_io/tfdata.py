@@ -29,7 +29,7 @@ The pipeline, per input pipeline (``input_context``)::
                        -> end-of-file check (corruption names the file and offset; skip mode)
       -> shuffle records in windows of shuffle_buffer (seeded)     [shuffle=True]
       -> batch (per-replica batch size) BEFORE parsing
-      -> tf.io.parse_example / parse_sequence_example (vectorized, one parallel call per CPU)
+      -> tf.io.parse_example / parse_sequence_example (vectorized, parallel)
       -> repeat(num_epochs)  (each epoch yields exactly ceil(records / batch) batches)
       -> prefetch, and prefetch_to_device('/gpu:0') when a GPU is present
 
@@ -111,20 +111,6 @@ DEFAULT_CACHED_CYCLE_LENGTH = 2
 _SHARDS_PER_CYCLE = 3
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 _ON_CORRUPT = ("error", "skip")
-
-
-def _map_parallelism() -> int:
-    """Parallel calls of the parse (and shuffle) maps: one per CPU this process may use.
-
-    Fixed rather than AUTOTUNE: on 2 CPUs tf.data's autotuner left the parse starved in about one
-    run in three (1M rows in 5.3 s instead of 2.7 s, at the same CPU time); with a fixed
-    parallelism no run was slow (benchmarks/bench_loader.py).  The interleave runs its
-    cycle_length files in parallel; prefetch buffers stay autotuned.
-    """
-    try:
-        return max(2, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(2, os.cpu_count() or 2)
 _MAGIC = "*?["
 
 
@@ -634,7 +620,7 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
 
     if cache is None:
         return file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
-                                  num_parallel_calls=cycle, deterministic=opts.is_deterministic)
+                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
 
     # Through the cache: one pass (epoch) at a time, opened and closed by cache.owner.  plan()
     # gives the cache the pass's shards in reading order and returns at once (downloads start
@@ -687,7 +673,7 @@ def _shuffle_records(chunks, opts: LoaderOptions):
         return tf.random.experimental.stateless_shuffle(window, seed=tf.stack([r, tf.constant(0, tf.int64)]))
 
     return tf.data.Dataset.zip((windows, randoms)).map(
-        permute, num_parallel_calls=_map_parallelism(), deterministic=opts.is_deterministic)
+        permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
 
 
 def _parser(schema: Schema, ragged: bool):
@@ -810,7 +796,7 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
     if opts.shuffle:
         ds = _shuffle_records(ds, opts)
     ds = ds.rebatch(batch, drop_remainder=opts.drop_remainder)
-    ds = ds.map(parse, num_parallel_calls=_map_parallelism(), deterministic=opts.is_deterministic)
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
     if opts.num_epochs != 1:
         ds = ds.repeat(opts.num_epochs)
     ds = ds.prefetch(tf.data.AUTOTUNE)
