@@ -340,23 +340,30 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in best.items():
         print(f"| {name} | {value:,.0f} | {value / seed:.1f}x |")
     print()
+    def paired(a: str, b: str) -> float:
+        """Median over rounds of a/b within the same round: robust to the machine's slow spells
+        (this VM runs every pipeline at about half speed for seconds at a time)."""
+        return float(np.median([x / y for x, y in zip(results[a], results[b])]))
+
     local, hand = best["ours, local (shuffle=False)"], best["hand-tuned tf.data"]
     targets = [
-        ("ours (local) vs seed-era queue runner", local / seed, 10.0),
-        ("ours (local, shuffle=False) vs hand-tuned tf.data", local / hand, 0.95),
+        ("ours (local) vs seed-era queue runner", local / seed, None, 10.0),
+        ("ours (local, shuffle=False) vs hand-tuned tf.data", local / hand,
+         paired("ours, local (shuffle=False)", "hand-tuned tf.data"), 0.95),
     ]
     if "ours, HDFS (shuffle=False)" in best:
-        targets.append(("ours on HDFS vs ours on local disk (shuffle=False)",
-                        best["ours, HDFS (shuffle=False)"] / local, 0.8))
-        targets.append(("ours on HDFS vs ours on local disk (default shuffle)",
-                        best["ours, HDFS (default shuffle)"] / best["ours, local (default shuffle)"], 0.8))
-    print("| target | measured | goal | |")
-    print("| --- | ---: | ---: | --- |")
+        for mode in ("shuffle=False", "default shuffle"):
+            targets.append((f"ours on HDFS vs ours on local disk ({mode})",
+                            best[f"ours, HDFS ({mode})"] / best[f"ours, local ({mode})"],
+                            paired(f"ours, HDFS ({mode})", f"ours, local ({mode})"), 0.8))
+    print(f"| target | best / best | median of {args.repeats} same-round ratios | goal | |")
+    print("| --- | ---: | ---: | ---: | --- |")
     missed = 0
-    for what, ratio, goal in targets:
-        ok = ratio >= goal
+    for what, ratio, median, goal in targets:
+        ok = (median if median is not None else ratio) >= goal
         missed += not ok
-        print(f"| {what} | {ratio:.2f}x | >= {goal:g}x | {'PASS' if ok else 'MISS'} |")
+        shown = f"{median:.2f}x" if median is not None else "-"
+        print(f"| {what} | {ratio:.2f}x | {shown} | >= {goal:g}x | {'PASS' if ok else 'MISS'} |")
     for where, (quarter, whole) in probes.items():
         growth_q = quarter["peak_rss_mb"] - quarter["rss_after_first_batch_mb"]
         growth_w = whole["peak_rss_mb"] - whole["rss_after_first_batch_mb"]
@@ -366,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                 if whole.get("max_shards_on_disk") is not None else "")
         print(f"| loader peak RSS ({where}), {quarter['rows']:,} -> {whole['rows']:,} rows | "
               f"{quarter['peak_rss_mb']:.0f} -> {whole['peak_rss_mb']:.0f} MiB (growth after the first batch "
-              f"{growth_q:.0f} / {growth_w:.0f} MiB{disk}) | flat | {'PASS' if flat else 'MISS'} |")
+              f"{growth_q:.0f} / {growth_w:.0f} MiB{disk}) | - | flat | {'PASS' if flat else 'MISS'} |")
     if tmp is not None:
         tmp.cleanup()
     return 1 if (missed and args.strict) else 0
