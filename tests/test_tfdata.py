@@ -27,7 +27,7 @@ import tfrecord_io
 from tfrecord_io import fs, output
 from tfrecord_io.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.schema import Schema
-from tfrecord_io.tfdata import CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
 
 SCHEMA = Schema.from_dict({
     "record_type": "example",
@@ -247,6 +247,19 @@ def test_hidden_files_are_not_part_of_a_glob(tmp_path):
     write_output(out, [(0, 30), (30, 30)])
     ds = make_dataset(os.path.join(out, "*"), schema=SCHEMA, batch_size=7)  # _SUCCESS, _manifest.json left out
     assert_all_once(unbatch(ds), range(60))
+
+
+def test_autotune_option_reaches_the_dataset(tmp_path):
+    path = write_tf(str(tmp_path / "a.tfrecord"), records(0, 10))
+    default = make_dataset(path, schema=SCHEMA, batch_size=4)
+    few_cpus = len(os.sched_getaffinity(0)) < AUTOTUNE_MIN_CPUS
+    assert default.options().autotune.enabled is (not few_cpus)
+    assert make_dataset(path, schema=SCHEMA, batch_size=4, autotune=True).options().autotune.enabled is True
+    off = make_dataset(path, schema=SCHEMA, batch_size=4, autotune=False, shuffle=False)
+    assert off.options().autotune.enabled is False
+    assert [i for i, _ in unbatch(off)] == list(range(10))
+    with pytest.raises(ValueError, match="autotune must be"):
+        make_dataset(path, schema=SCHEMA, batch_size=4, autotune="yes")
 
 
 def test_prefetch_to_device_only_with_a_gpu(tmp_path):
