@@ -1,0 +1,100 @@
+"""Where the Spark job's time goes: its stages timed one by one in one warm local[2] session.
+
+The issue asks for the job to read with Spark's own CSV reader and to encode inside
+``mapInArrow``.  This times, on the benchmark's CSV (``bench_spark.make_csv``: 1M rows x 17
+columns, 148 MB), how long those required parts take on their own, so the job's time and the
+10x target can be set against the floor they give:
+
+    1. spark.read.csv(StructType) -> noop sink           Spark's CSV parse alone
+    2. + the job's read options and columns -> noop      corrupt-record column, file, split, line
+    3. + repartition(N) on (file, split, line) -> noop   the shuffle that evens the shards
+    4. 2 -> mapInArrow(drop every batch) -> count        + moving the rows from the JVM to Python
+    5. run_conversion                                    the whole job (+ encode, write, commit)
+
+Each is the best of ``--repeats`` (default 3) after one untimed run of the whole job.
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/bench_spark_floor.py [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    import bench_spark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tfrecord_io import spark as job
+    from tfrecord_io.schema import Schema
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-floor-"))
+    csv = work / "data.csv"
+    bench_spark.make_csv(csv, args.rows)
+    schema_path = work / "schema.yaml"
+    schema_path.write_text(bench_spark.schema_text())
+    schema = Schema.load(str(schema_path))
+    spark = (SparkSession.builder.master("local[2]").appName("tfrecord-io floor")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def options():
+        return job.ConversionOptions(inputs=str(csv), input_format="csv", schema=str(schema_path),
+                                     output=str(work / "out"), overwrite=True)
+
+    def noop(df):
+        df.write.format("noop").mode("overwrite").save()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(args.repeats):
+            started = time.monotonic()
+            fn()
+            times.append(time.monotonic() - started)
+        return min(times)
+
+    job.run_conversion(spark, options())  # warm-up: JIT, Python workers
+    read = job._read_input(spark, schema, options())
+    prepared = read.parts[0]
+    names = {f.name for f in schema.features}
+    plain = spark.read.schema(T.StructType([f for f in prepared.schema.fields if f.name in names])).csv(str(csv))
+    rows = []
+    with job._OneSplitPerTask(spark, read.size, read.files):
+        shards = max(1, -(-read.size // job.DEFAULT_BYTES_PER_SHARD))
+        rows.append(("Spark CSV parse alone (spark.read.csv -> noop)", best(lambda: noop(plain))))
+        rows.append(("+ the job's read options and columns (-> noop)", best(lambda: noop(prepared))))
+        rows.append((f"+ repartition({shards}) on (file, split, line) (-> noop)", best(lambda: noop(
+            prepared.repartition(shards, F.col(job.SOURCE), F.col(job.OFFSET), F.col(job.LINE))))))
+        rows.append(("read + JVM -> Python (mapInArrow dropping every batch)", best(
+            lambda: prepared.mapInArrow(lambda batches: (b.slice(0, 0) for b in batches), prepared.schema).count())))
+    rows.append(("the whole job (run_conversion)", best(lambda: job.run_conversion(spark, options()))))
+    spark.stop()
+
+    total = rows[-1][1]
+    print(f"\n### Spark job floor: {args.rows:,} rows, {csv.stat().st_size / 1e6:.0f} MB CSV, local[2], "
+          f"best of {args.repeats}\n")
+    print("| stage | seconds | share of the job |")
+    print("| --- | ---: | ---: |")
+    for name, seconds in rows:
+        print(f"| {name} | {seconds:.2f} | {seconds / total:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
