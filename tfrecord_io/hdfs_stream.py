@@ -187,8 +187,8 @@ class ShardCache:
             with self._lock:
                 self._abort_locked(session)
 
-    def plan(self, pass_id: int, uris: Sequence[str]) -> int:
-        """Set the pass's shards (in reading order) and start downloading ahead; returns how many.
+    def plan(self, pass_id: int, uris: Sequence[str]) -> None:
+        """Set the pass's shards (in reading order) and start downloading ahead.
 
         ``pass_id`` comes from :meth:`owner`.  The reader then asks for each shard with
         :meth:`fetch`, from any thread.
@@ -199,7 +199,6 @@ class ShardCache:
                 raise RuntimeError(f"shard cache pass {int(pass_id)} is not open (or already planned)")
             session.uris = [u.decode("utf-8") if isinstance(u, bytes) else str(u) for u in uris]
             self._fill_locked()
-            return len(session.uris)
 
     def fetch(self, pass_id: int, index: int) -> str:
         """The local copy of shard ``index`` of a :meth:`plan`-ned pass, once fully copied.

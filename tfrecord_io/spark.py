@@ -1232,14 +1232,14 @@ def _stall_after_first(records: Iterator[pa.Array], attempt: str, temporary: str
                          f"(python pid {os.getpid()})\n")
         sys.stderr.flush()
         started = time.monotonic()
-        while time.monotonic() - started < seconds:
+        gone = False
+        while not gone and time.monotonic() - started < seconds:
             time.sleep(0.5)
-            if not fs.exists(temporary):
-                break
+            gone = not fs.exists(temporary)
         sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
                          f"{time.monotonic() - started:.1f}s\n")
         sys.stderr.flush()
-        if not fs.exists(temporary):
+        if gone:
             raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
                                f"{attempt} writes nothing more")
 
