@@ -14,10 +14,12 @@ import errno
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Callable, ContextManager
@@ -280,6 +282,34 @@ class TestFileSystemContract:
                 fs.open(d, mode)
             assert d in str(e.value)
 
+    def test_get_file_copies_whole_files_and_leaves_nothing_on_failure(self, backend, tmp_path):
+        uri = fs.join(backend.root, "big.bin")
+        data = os.urandom(3 * 1024 * 1024 + 4321)  # several HDFS blocks
+        _write(uri, data)
+        local = str(tmp_path / "copy.bin")
+        with open(local, "wb") as f:
+            f.write(b"old contents that must go")
+        assert fs.get_file(uri, local) == len(data)
+        with open(local, "rb") as f:
+            assert f.read() == data
+        empty = fs.join(backend.root, "empty.bin")
+        _write(empty, b"")
+        assert fs.get_file(empty, local) == 0 and os.path.getsize(local) == 0
+
+        # A source that cannot be opened leaves the local file as it was...
+        for error, source in ((FileNotFoundError, fs.join(backend.root, "missing.bin")),
+                              (IsADirectoryError, backend.root)):
+            with pytest.raises(error) as e:
+                fs.get_file(source, local)
+            assert source in str(e.value) and os.path.getsize(local) == 0, error
+        # ...a copy stopped half-way leaves none.
+        with pytest.raises(InterruptedError) as e:
+            fs.get_file(uri, local, cancelled=lambda: True)
+        assert uri in str(e.value) and not os.path.exists(local), "a partial copy was left"
+        with pytest.raises(FileNotFoundError) as e:  # the local side's errors name the local path
+            fs.get_file(uri, str(tmp_path / "no" / "such" / "dir" / "copy.bin"))
+        assert str(tmp_path / "no") in str(e.value)
+
     def test_permission_denied(self, backend):
         private, public = backend.private_and_public()
         secret = fs.join(private, "secret")
@@ -340,6 +370,44 @@ def test_silent_namenode_times_out(monkeypatch, record_property):
     record_property("silent_seconds", round(elapsed, 2))
     assert uri in str(e.value) and "TFRECORD_IO_HDFS_TIMEOUT" in str(e.value)
     assert 1.9 < elapsed < 4, f"took {elapsed:.1f}s"
+
+
+def test_get_file_gives_up_on_a_datanode_that_stops_sending(hdfs, tmp_path, monkeypatch,
+                                                            record_property):
+    """A real stall: the cluster's JVM is stopped (SIGSTOP) once the copy is under way."""
+    monkeypatch.setenv("TFRECORD_IO_HDFS_TIMEOUT", "2")
+    uri = hdfs.uri(f"/stall/{uuid.uuid4().hex}.bin")
+    data = os.urandom(48 * 1024 * 1024)  # 48 blocks: far more than the socket buffers hold
+    _write(uri, data)
+    local = str(tmp_path / "copy.bin")
+    stopped = []
+
+    def stop_the_cluster_mid_copy():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(local) and os.path.getsize(local) >= 1024 * 1024:
+                os.kill(hdfs.pid, signal.SIGSTOP)
+                stopped.append(os.path.getsize(local))
+                return
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=stop_the_cluster_mid_copy, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError) as e:
+            fs.get_file(uri, local)
+        elapsed = time.monotonic() - started
+    finally:
+        watcher.join(35)
+        os.kill(hdfs.pid, signal.SIGCONT)
+    record_property("stall_seconds", round(elapsed, 2))
+    assert stopped and stopped[0] < len(data), "the copy finished before the cluster was stopped"
+    assert uri in str(e.value) and "TFRECORD_IO_HDFS_TIMEOUT" in str(e.value)
+    assert elapsed < 2 + 3, f"took {elapsed:.1f}s"
+    assert not os.path.exists(local)
+    # The cluster is back, and a fresh copy works.
+    assert fs.get_file(uri, local) == len(data)
 
 
 def test_hdfs_uri_without_authority_uses_hadoop_conf_dir(hdfs, monkeypatch):

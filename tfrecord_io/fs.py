@@ -21,11 +21,15 @@ Semantics shared by both backends (``tests/test_fs_contract.py`` checks them on 
   ``glob`` supports ``*``, ``?`` and ``[...]``/``[!...]`` in any path component, and ``*`` also
   matches names starting with a dot.
 * ``rename`` never replaces an existing destination (FileExistsError).
+* ``get_file(uri, local_path)`` copies a whole file to local disk (on HDFS in one streamed read,
+  the fastest way to stage a shard); ``cancelled`` stops it with InterruptedError, and a failed
+  copy leaves no partial file.
 * Errors are built-in exceptions carrying the URI: FileNotFoundError, FileExistsError,
   PermissionError, IsADirectoryError, NotADirectoryError, OSError(ENOTEMPTY), and
   :class:`NameNodeUnreachableError` (both a TimeoutError and a ConnectionError) when the NameNode
   refuses the connection or does not answer within ``TFRECORD_IO_HDFS_TIMEOUT`` seconds (default
-  15).  Every HDFS call is bounded by that timeout, data reads and writes included.
+  15).  Every HDFS call is bounded by that timeout, data reads and writes included (in
+  ``get_file``, each wait for data: TimeoutError when a DataNode stops sending).
 
 Processes: a :class:`HdfsFileSystem` pickles to (authority, timeout) and opens its own client in
 the new process; a forked child gets a fresh client too (hdfs-native clients do not survive fork),
@@ -47,13 +51,13 @@ import shutil
 import stat
 import threading
 import time
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 from urllib.parse import urlsplit
 
 __all__ = [
     "FileSystem", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
     "filesystem_for", "hdfs_timeout", "open", "exists", "isdir", "size", "ls", "glob", "rename",
-    "delete", "makedirs", "join",
+    "delete", "makedirs", "get_file", "join",
 ]
 
 DEFAULT_HDFS_TIMEOUT = 15.0
@@ -105,6 +109,34 @@ class FileSystem:
     def makedirs(self, uri: str, exist_ok: bool = True) -> None:
         raise NotImplementedError
 
+    def get_file(self, uri: str, local_path: str, *,
+                 cancelled: Callable[[], bool] | None = None) -> int:
+        """Copy the file at ``uri`` to the local file ``local_path`` (created or truncated).
+
+        Returns the bytes copied.  ``cancelled`` is polled as the copy goes: once it returns True
+        the copy stops with InterruptedError.  ``uri`` is opened first, so a missing or
+        unreadable source leaves ``local_path`` as it was; an error once copying has begun
+        removes it (no partial copy).
+        """
+        with self.open(uri, "rb") as src:
+            try:
+                dst = builtins.open(local_path, "wb")
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, local_path) from e
+            try:
+                with dst:
+                    copied = 0
+                    raw = getattr(src, "raw", src)  # no buffered-reader copy
+                    while chunk := raw.read(_MAX_READ):
+                        _check_cancelled(cancelled, uri)
+                        dst.write(chunk)
+                        copied += len(chunk)
+                _check_cancelled(cancelled, uri)
+                return copied
+            except BaseException:
+                _remove_quietly(local_path)
+                raise
+
     def glob(self, pattern: str) -> list[str]:
         """Component-wise glob on :meth:`ls` / :meth:`exists` (one listing per wildcard dir)."""
         prefix, path = _split_prefix(pattern)
@@ -129,6 +161,18 @@ class FileSystem:
         if not verified:
             matches = [m for m in matches if m and self.exists(prefix + m)]
         return sorted(prefix + m for m in matches)
+
+
+def _check_cancelled(cancelled: Callable[[], bool] | None, uri: str) -> None:
+    if cancelled is not None and cancelled():
+        raise InterruptedError(errno.EINTR, "copy cancelled", uri)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def _split_prefix(uri: str) -> tuple[str, str]:
@@ -457,6 +501,74 @@ class HdfsFileSystem(FileSystem):
             raise FileExistsError(errno.EEXIST, "File exists", uri)
         self._call(uri, self._client(uri).mkdirs, self._path(uri), 0o755, True)
 
+    def get_file(self, uri, local_path, *, cancelled=None):
+        """Copy a whole file in one streamed read (see :meth:`FileSystem.get_file`).
+
+        hdfs-native's ``read_range_stream`` asks each block's DataNode once and hands packets
+        over as they arrive.  Copying 385 MB this way took 0.63 CPU-s in this process against
+        0.82 in 1 MiB ``read()`` calls (each a timed call in its own thread), the DataNode's
+        share unchanged, and peak RSS no higher (2-core machine, loopback DataNode).
+
+        The copy runs in a helper thread; the timeout bounds every wait for data rather than
+        the whole copy: no bytes for ``timeout`` seconds (a stalled DataNode) and the copy is
+        abandoned with TimeoutError, as are calls in :meth:`_call`.
+        """
+        global _last_data_read
+        wait = _child_waits_until - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        reader = self._call(uri, self._client(uri).read, self._path(uri))
+        length = len(reader)
+        try:
+            dst = builtins.open(local_path, "wb")
+        except OSError as e:
+            raise type(e)(e.errno, e.strerror, local_path) from e
+        progress = {"copied": 0, "at": time.monotonic()}
+        box: dict = {}
+        done, stop = threading.Event(), threading.Event()
+
+        def pump():  # owns dst; once abandoned it writes to an unlinked file, then closes it
+            global _last_data_read
+            try:
+                with dst:
+                    for chunk in reader.read_range_stream(0, length):
+                        if stop.is_set():
+                            return
+                        dst.write(chunk)
+                        progress["copied"] += len(chunk)
+                        progress["at"] = _last_data_read = time.monotonic()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-copy").start()
+        try:
+            while not done.wait(0.25):
+                if cancelled is not None and cancelled():
+                    raise InterruptedError(errno.EINTR, "copy cancelled", uri)
+                if time.monotonic() - progress["at"] > self.timeout:
+                    with self._lock:
+                        self._client_obj = None  # its connections may be wedged
+                    raise TimeoutError(
+                        errno.ETIMEDOUT, f"no data from HDFS for {self.timeout:g}s while copying "
+                        f"to {local_path} ({progress['copied']} of {length} bytes copied; "
+                        f"TFRECORD_IO_HDFS_TIMEOUT)", uri)
+            if "error" in box:
+                e = box["error"]
+                if isinstance(e, OSError) and e.filename == local_path:
+                    raise e  # writing the local file failed (e.g. disk full)
+                raise _map_error(e, uri) from e
+            _check_cancelled(cancelled, uri)
+            if progress["copied"] != length:
+                raise OSError(errno.EIO, f"copied {progress['copied']} of {length} bytes to "
+                              f"{local_path}: the file changed while it was read", uri)
+            return length
+        except BaseException:
+            stop.set()
+            _remove_quietly(local_path)
+            raise
+
 
 # hdfs-native keeps DataNode connections in a process-global cache for 3 s after a read.  A forked
 # child that picks one up hangs (the socket is driven by the parent's event loop, which the child
@@ -622,3 +734,8 @@ def delete(uri: str, recursive: bool = False) -> None:
 
 def makedirs(uri: str, exist_ok: bool = True) -> None:
     filesystem_for(uri).makedirs(uri, exist_ok)
+
+
+def get_file(uri: str, local_path: str, *, cancelled: Callable[[], bool] | None = None) -> int:
+    """Copy ``uri`` to the local file ``local_path``; the bytes copied (see FileSystem.get_file)."""
+    return filesystem_for(uri).get_file(uri, local_path, cancelled=cancelled)

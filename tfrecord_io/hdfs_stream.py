@@ -2,15 +2,16 @@
 
 TensorFlow 2.21 has no ``hdfs`` filesystem (``UnimplementedError: File system scheme 'hdfs' not
 implemented``) and tensorflow-io does not load on it.  :class:`ShardCache` bridges the gap: a
-small local staging directory that copies shards ahead of the reader with ``tfrecord_io.fs``
-(hdfs-native: no JVM, no libhdfs) and deletes each one as soon as the reader has finished it, so
-``tf.data.TFRecordDataset`` reads plain local files at native speed while disk use stays bounded
-whatever the size of the dataset.
+small local staging directory that copies shards ahead of the reader with
+:func:`tfrecord_io.fs.get_file` (hdfs-native, one streamed read per shard: no JVM, no libhdfs)
+and deletes each one as soon as the reader has finished it, so ``tf.data.TFRecordDataset``
+reads plain local files at native speed while disk use stays bounded whatever the size of the
+dataset.
 
 Bounds (per :class:`ShardCache`, i.e. per ``make_dataset`` call)::
 
     local disk   <= max_files shards (downloaded, downloading or being read)
-    memory       <= download_threads x 1 MiB chunks in flight
+    memory       <= download_threads x the packets of one streamed read (fs.get_file)
 
 A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`.  The reader
 gives the pass its shards in reading order with :meth:`ShardCache.plan` (which returns at once
@@ -50,9 +51,6 @@ from tfrecord_io import fs
 __all__ = ["CacheStats", "ShardCache", "tf_can_open", "scheme_of"]
 
 log = logging.getLogger(__name__)
-
-_COPY_CHUNK = 1024 * 1024  # the most fs' HDFS reader returns per call (see fs._MAX_READ)
-
 
 def scheme_of(uri: str) -> str:
     """``"hdfs"`` for ``hdfs://...``; ``""`` for a plain local path."""
@@ -311,20 +309,11 @@ class ShardCache:
         uri = session.uris[index]
         local = session.local_path(index)
         part = local + ".part"
-        copied = 0
         try:
-            with fs.open(uri, "rb") as src, open(part, "wb") as dst:
-                # Chunks straight from the raw stream (hdfs-native's own bytes objects): no
-                # buffered-reader copy.
-                raw = getattr(src, "raw", src)
-                while True:
-                    if session.aborted:
-                        raise _Aborted(uri)
-                    chunk = raw.read(_COPY_CHUNK)
-                    if not chunk:
-                        break
-                    dst.write(chunk)
-                    copied += len(chunk)
+            try:
+                copied = fs.get_file(uri, part, cancelled=lambda: session.aborted)
+            except InterruptedError as e:
+                raise _Aborted(uri) from e
             os.rename(part, local)
         except BaseException:
             _remove(part)
