@@ -25,7 +25,9 @@ reported.  Loader memory: peak RSS of a fresh process reading 1/4 of the shards 
     .venv/bin/python benchmarks/bench_loader.py [--rows 1000000] [--shards 8] [--no-hdfs]
 
 Prints a markdown table of rows/s and ratios, then the targets: ours >= 10x the seed-era queue
-runner, >= 0.95x the hand-tuned pipeline, HDFS >= 0.8x local, RSS flat as the data grows.
+runner, >= 0.95x the hand-tuned pipeline, HDFS >= 0.8x local, RSS flat as the data grows; then
+the CPU seconds each pass took in this process and in the HDFS JVM (which shares this
+machine's CPUs here, unlike a cluster's DataNodes).
 CPU only unless TensorFlow sees a GPU (the table says which).
 """
 
@@ -181,6 +183,17 @@ def ours(source, batch_size: int, **options) -> tuple[int, tuple]:
     return sums.result()
 
 
+def _process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of another process so far (0 without one, or without procfs)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(fn, *args, **kwargs) -> tuple[float, int, tuple]:
     start = time.perf_counter()
     rows, checksum = fn(*args, **kwargs)
@@ -268,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     results: dict[str, list[float]] = {}
     checks: dict[str, tuple] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # per timed run: (this process, HDFS JVM)
     probes: dict[str, tuple[dict, dict]] = {}
     try:
         runs = {
@@ -305,10 +319,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {rows / seconds:,.0f} rows/s", flush=True)
         for r in range(args.repeats):
             for name, fn in runs.items():
+                cpu0, jvm0 = time.process_time(), _process_cpu_s(cluster.pid if cluster else None)
                 seconds, rows, checksum = fn()
+                cpu_s = time.process_time() - cpu0
+                jvm_s = _process_cpu_s(cluster.pid if cluster else None) - jvm0
                 results.setdefault(name, []).append(rows / seconds)
+                cpu.setdefault(name, []).append((cpu_s, jvm_s))
                 checks[name] = (rows, checksum)
-                print(f"  {name} (run {r + 1}): {rows / seconds:,.0f} rows/s", flush=True)
+                print(f"  {name} (run {r + 1}): {rows / seconds:,.0f} rows/s; CPU-s: this process "
+                      f"{cpu_s:.2f}, HDFS JVM {jvm_s:.2f}", flush=True)
 
         print("  memory probes (a fresh process per size) ...", flush=True)
         probes["local"] = (run_probe(tfrecords[: args.shards // 4]), run_probe(tfrecords))
@@ -374,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| loader peak RSS ({where}), {quarter['rows']:,} -> {whole['rows']:,} rows | "
               f"{quarter['peak_rss_mb']:.0f} -> {whole['peak_rss_mb']:.0f} MiB (growth after the first batch "
               f"{growth_q:.0f} / {growth_w:.0f} MiB{disk}) | - | flat | {'PASS' if flat else 'MISS'} |")
+    print()
+    print(f"| CPU seconds per pass, median of {args.repeats} | this process (loader + TF) | "
+          f"HDFS JVM (NameNode + DataNode, same machine) | median wall s |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in runs:
+        own, jvm = (float(np.median([c[i] for c in cpu[name]])) for i in (0, 1))
+        print(f"| {name} | {own:.2f} | {jvm:.2f} | {args.rows / float(np.median(results[name])):.2f} |")
     if tmp is not None:
         tmp.cleanup()
     return 1 if (missed and args.strict) else 0

@@ -604,8 +604,6 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
 
     def read_file(path, index, compression):
         records = tf.data.TFRecordDataset(path, compression_type=compression)
-        # A read error (bad CRC, truncation) ends this file's stream; the end-of-file check below
-        # then says which file, where and why, and raises or skips (on_corrupt).
         # A read error (bad CRC, truncation) ends this file's stream, dropping the chunk it was
         # filling; the end-of-file check below says which file, where and why, and raises or
         # (skip mode) hands back the intact records of that chunk.  ignore_errors after batch,
