@@ -89,6 +89,15 @@ def test_fetch_jars_is_idempotent():
     assert any(jars.glob("hadoop-client-minicluster-3.5.0.jar"))
 
 
+def test_block_size_is_checked_before_anything_starts(tmp_path):
+    for bad in (1000, 512 * 1024, (1 << 20) + 1, 1.5 * (1 << 20), True, "128m"):
+        with pytest.raises(ValueError, match="block_size must be"):
+            hdfs_local.start(tmp_path / "cluster", block_size=bad)
+    assert not (tmp_path / "cluster").exists()
+    bad_cli = _cli("start", "--dir", str(tmp_path / "cli"), "--block-size", "lots", check=False)
+    assert bad_cli.returncode == 2 and "not a size: 'lots'" in bad_cli.stderr
+
+
 def test_missing_tools_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither java nor mvn
     with pytest.raises(hdfs_local.HdfsLocalError, match=r"`java`.*install"):
@@ -111,11 +120,15 @@ def test_cli_start_status_stop(tmp_path):
     """One extra cluster, started by the CLI, must outlive the command and stop on request."""
     base = str(tmp_path / "cli-cluster")
     try:
-        out = _cli("start", "--dir", base).stdout
+        out = _cli("start", "--dir", base, "--block-size", "128m").stdout
         uri = re.search(r"hdfs://127\.0\.0\.1:\d+", out).group(0)
         web = re.search(r"http://127\.0\.0\.1:\d+", out).group(0)
         conf = re.search(r"export HADOOP_CONF_DIR=(\S+)", out).group(1)
         assert _conf(Path(conf) / "core-site.xml")["fs.defaultFS"] == uri
+        assert _conf(Path(conf) / "hdfs-site.xml")["dfs.blocksize"] == str(128 << 20)
+        with hdfs_native.Client(uri).create("/f.bin") as w:  # no block size of its own
+            w.write(b"x" * (3 << 20))
+        assert hdfs_native.Client(uri).get_file_info("/f.bin").blocksize == 128 << 20
 
         # The command has returned; the cluster keeps serving both protocols.
         assert hdfs_native.Client(uri).get_file_info("/").isdir

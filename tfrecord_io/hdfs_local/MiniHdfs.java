@@ -34,12 +34,14 @@ public class MiniHdfs {
         File base = null;
         int port = 0;
         int httpPort = 0;
+        long blockSize = 1024L * 1024L;
         boolean exitOnStdinEof = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--base": base = new File(args[++i]).getAbsoluteFile(); break;
                 case "--port": port = Integer.parseInt(args[++i]); break;
                 case "--http-port": httpPort = Integer.parseInt(args[++i]); break;
+                case "--block-size": blockSize = Long.parseLong(args[++i]); break;
                 case "--exit-on-stdin-eof": exitOnStdinEof = true; break;
                 default: throw new IllegalArgumentException("unknown argument: " + args[i]);
             }
@@ -67,8 +69,8 @@ public class MiniHdfs {
         // The default 100 MB NameNode resource reservation puts a small disk into safe mode.
         conf.setLong("dfs.namenode.resource.du.reserved", 1024L * 1024L);
         conf.setInt("dfs.namenode.safemode.extension", 0);
-        // Small blocks so that multi-MB test files span several blocks.
-        conf.setLong("dfs.blocksize", 1024L * 1024L);
+        // Small blocks by default (--block-size), so that multi-MB test files span several blocks.
+        conf.setLong("dfs.blocksize", blockSize);
         conf.setInt("dfs.namenode.handler.count", 4);
         conf.setInt("dfs.datanode.handler.count", 4);
 

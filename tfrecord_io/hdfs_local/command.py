@@ -33,6 +33,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="NameNode HTTP/WebHDFS port for start (default: a free one)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for readiness on start (default: %(default)s)")
+    parser.add_argument("--block-size", type=_size, default="1m", metavar="SIZE",
+                        help="dfs.blocksize for start, in bytes or with k/m/g (default: 1m, so "
+                             "that small files span blocks; HDFS's own default is 128m)")
+
+
+def _size(text: str) -> int:
+    """``"134217728"``, ``"128m"``, ``"1g"`` -> bytes (Hadoop's dfs.blocksize spellings)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower()
+    try:
+        return int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 134217728 or 128m)") from None
 
 
 def _describe(h) -> str:
@@ -53,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             print(hdfs_local.fetch_jars())
         elif args.action == "start":
             h = hdfs_local.start(base, port=args.port, http_port=args.http_port,
-                                 timeout=args.timeout, detach=True)
+                                 timeout=args.timeout, detach=True, block_size=args.block_size)
             print(f"local HDFS is ready, data in {h.base_dir}\n{_describe(h)}")
         elif args.action == "stop":
             stopped = hdfs_local.stop(base)
@@ -66,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             print(f"local HDFS in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n"
                   f"{_describe(h)}")
-    except (hdfs_local.HdfsLocalError, TimeoutError) as e:
+    except (hdfs_local.HdfsLocalError, TimeoutError, ValueError) as e:
         print(f"tfrecord-io hdfs-local {args.action}: {e}", file=sys.stderr)
         return 1
     return 0
