@@ -613,6 +613,23 @@ def test_hdfs_corrupt_file_names_the_hdfs_uri_and_skip_counts(hdfs, tmp_path):
     assert _cache_files(tmp_path / "c1") == [] and _cache_files(tmp_path / "c2") == []
 
 
+def test_hdfs_shard_gone_before_reading_names_its_uri(hdfs, tmp_path):
+    """A shard deleted between make_dataset and the read: its download fails, naming the URI."""
+    pattern = hdfs.uri("/tfdata/vanishing/*.tfrecord")
+    for k in range(3):
+        local = write_tf(str(tmp_path / f"v-{k}.tfrecord"), records(40 * k, 40))
+        upload(local, hdfs.uri(f"/tfdata/vanishing/v-{k}.tfrecord"))
+    cache_dir = tmp_path / "cache"
+    ds = make_dataset(pattern, schema=SCHEMA, batch_size=8, shuffle=False, cache_dir=str(cache_dir))
+    gone = hdfs.uri("/tfdata/vanishing/v-2.tfrecord")
+    fs.delete(gone)
+    with pytest.raises(tf.errors.OpError, match=re.escape(gone)) as e:
+        list(ds)
+    assert "FileNotFoundError" in str(e.value), str(e.value)
+    gc.collect()
+    assert _cache_files(cache_dir) == [], "nothing is left in the cache after the failure"
+
+
 def test_hdfs_refuses_an_output_without_success(hdfs):
     out = hdfs.uri("/tfdata/partial")
     write_output(out, [(0, 10)])
