@@ -506,8 +506,9 @@ class HdfsFileSystem(FileSystem):
 
         hdfs-native's ``read_range_stream`` asks each block's DataNode once and hands packets
         over as they arrive.  Copying 385 MB this way took 0.63 CPU-s in this process against
-        0.82 in 1 MiB ``read()`` calls (each a timed call in its own thread), the DataNode's
-        share unchanged, and peak RSS no higher (2-core machine, loopback DataNode).
+        0.82 for 1 MiB ``read()`` calls (each a timed call in its own thread) in the same run,
+        the DataNode's share unchanged, and peak RSS no higher (2-core machine, loopback
+        DataNode).
 
         The copy runs in a helper thread; the timeout bounds every wait for data rather than
         the whole copy: no bytes for ``timeout`` seconds (a stalled DataNode) and the copy is
