@@ -410,6 +410,31 @@ def test_get_file_gives_up_on_a_datanode_that_stops_sending(hdfs, tmp_path, monk
     assert fs.get_file(uri, local) == len(data)
 
 
+def test_a_datanode_that_dies_mid_read_is_a_connection_error_naming_the_uri(tmp_path,
+                                                                           monkeypatch):
+    """Its own cluster, killed (SIGKILL) after the reader has its block locations."""
+    from tfrecord_io import hdfs_local
+
+    monkeypatch.setenv("TFRECORD_IO_HDFS_TIMEOUT", "5")
+    cluster = hdfs_local.start(tmp_path / "doomed", detach=False)
+    try:
+        uri = cluster.uri("/doomed.bin")
+        _write(uri, os.urandom(8 * 1024 * 1024))  # 8 blocks
+        with fs.open(uri) as f:
+            assert len(f.read(1024 * 1024)) == 1024 * 1024
+            os.kill(cluster.pid, signal.SIGKILL)
+            started = time.monotonic()
+            with pytest.raises(ConnectionError) as e:
+                while f.read(1024 * 1024):
+                    pass
+            elapsed = time.monotonic() - started
+    finally:
+        cluster.stop()
+    message = str(e.value)
+    assert uri in message and "DatanodeInfoProto" not in message, message
+    assert elapsed < 5 + 2, f"took {elapsed:.1f}s"
+
+
 def test_hdfs_uri_without_authority_uses_hadoop_conf_dir(hdfs, monkeypatch):
     monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
     name = f"/noauth-{uuid.uuid4().hex}.txt"

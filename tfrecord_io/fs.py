@@ -347,6 +347,13 @@ def _map_error(e: BaseException, uri: str) -> OSError:
         if "(is not a directory)" in message:  # a path component is a file
             cls = NotADirectoryError
         return cls(_ERRNO.get(cls, errno.EIO), f"{message} ({java_class})", uri)
+    if "DataTransferError" in text:  # hdfs-native's "All DataNodes failed: [<proto dumps>]"
+        nodes = sorted(set(re.findall(r'ip_addr: \\?"([^"\\]+)\\?".*?xfer_port: (\d+)', text)))
+        where = ", ".join(f"{ip}:{port}" for ip, port in nodes) or "none listed"
+        reason = re.search(r'DataTransferError\("([^:"\\]*)', text)
+        return ConnectionError(errno.EIO, f"no DataNode could serve the data "
+                               f"({reason.group(1) if reason else 'DataTransferError'}; "
+                               f"DataNodes tried: {where})", uri)
     message = text.split("\n", 1)[0].split("\\n", 1)[0]
     if isinstance(e, (FileNotFoundError, FileExistsError)) and re.search(
             r"Path is not a file|already exists as a directory", message):
@@ -391,7 +398,9 @@ class HdfsFileSystem(FileSystem):
                     "dfs.client.failover.max.attempts": "2",
                     "dfs.client.failover.sleep.base.millis": "200",
                     "dfs.client.failover.sleep.max.millis": "1000",
-                    "dfs.client.socket-timeout": str(int(self.timeout * 1000)),
+                    # Twice ours: our own bound (see _call) fires first and says so, and
+                    # abandoned calls still end.
+                    "dfs.client.socket-timeout": str(int(self.timeout * 2000)),
                 }
                 url = f"hdfs://{self.authority}" if self.authority else None
                 try:
