@@ -16,8 +16,8 @@ Bounds (per :class:`ShardCache`, i.e. per ``make_dataset`` call)::
 A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`.  The reader
 gives the pass its shards in reading order with :meth:`ShardCache.plan` (which returns at once
 and starts downloading ahead), asks for each shard's local copy with :meth:`ShardCache.fetch`
-(from any thread: the loader calls it from a parallel interleave's workers, as each one opens
-its next file) and hands it back with :meth:`ShardCache.release` when it reaches the shard's end.
+(from any thread: the loader calls it from a parallel interleave's workers, as each one starts
+reading its next file) and hands it back with :meth:`ShardCache.release` when it reaches the shard's end.
 Free slots go to downloading the next shards of the pass ahead of the reader.  tf.data closes
 the owner when the pipeline is torn down, so an early stop (``take``, an error, a deleted
 iterator) leaves nothing behind.  Rules that keep this deadlock-free:

@@ -37,11 +37,14 @@ The pipeline, per input pipeline (``input_context``)::
 :class:`tfrecord_io.hdfs_stream.ShardCache`: shards are copied ahead of the reader into a bounded
 local directory (at most ``cache_files`` shards on disk, default ``3 x cycle_length``) and
 deleted once read.  The parallel interleave (``cycle_length`` default 2) is given the pass's
-shard list at once; each of its workers waits for its shard's download as it opens it, so a
-late download holds up one file, not the pipeline.  tf.data's parallel interleave opens
-``2 x cycle_length`` files ahead of those it reads: those are the look-ahead, and the reason for
-the ``3 x cycle_length`` bound.  Each epoch copies the shards again; disk use never grows with
-the dataset.
+shard list at once; each of its workers waits for its shard's download as it starts reading
+it, so a late download holds up one file, not the pipeline.  The wait sits inside the element
+(tf.data makes interleave elements one at a time, so a wait while making one would hold up the
+others), and the pipeline gets a private thread pool of CPUs + ``3 x cycle_length`` threads
+(tf.data's default has one per CPU, and a waiting worker would take one from the parsing).
+tf.data's parallel interleave opens ``2 x cycle_length`` files ahead of those it reads: those
+are the look-ahead, and the reason for the ``3 x cycle_length`` bound.  Each epoch copies the
+shards again; disk use never grows with the dataset.
 
 What a batch holds
 ------------------
@@ -650,16 +653,28 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
         indices.set_shape([n])
         shards = tf.data.Dataset.from_tensor_slices((tf.range(n, dtype=tf.int64), indices))
 
-        def read_shard(pos, index):
+        def local_copy(pos):
             path = tf.numpy_function(fetch, [pass_id, pos], tf.string, stateful=True)
             path.set_shape([])
-            return read_file(path, index, tf.gather(tf.constant(comps, tf.string), index))
+            return path
+
+        def read_shard(pos, index):
+            # Wait for the download while the element is read, not while the interleave makes
+            # it: tf.data makes interleave elements one at a time, so a wait there would hold up
+            # every other file, the one being read included.
+            compression = tf.gather(tf.constant(comps, tf.string), index)
+            return (tf.data.Dataset.from_tensors(pos).map(local_copy)
+                    .flat_map(lambda path: read_file(path, index, compression)))
 
         return shards.interleave(read_shard, cycle_length=cycle, block_length=1,
                                  num_parallel_calls=cycle, deterministic=opts.is_deterministic)
 
     passes = tf.data.Dataset.from_generator(cache.owner, output_signature=tf.TensorSpec([], tf.int64))
-    return passes.flat_map(read_pass)
+    # Up to 3 x cycle workers may be waiting in fetch() at once: give them threads of their own,
+    # beyond one per CPU for the work (see the module doc).
+    threads = tf.data.Options()
+    threads.threading.private_threadpool_size = (os.cpu_count() or 1) + _SHARDS_PER_CYCLE * cycle
+    return passes.flat_map(read_pass).with_options(threads)
 
 
 def _shuffle_records(chunks, opts: LoaderOptions):
