@@ -523,7 +523,6 @@ class HdfsFileSystem(FileSystem):
         the whole copy: no bytes for ``timeout`` seconds (a stalled DataNode) and the copy is
         abandoned with TimeoutError, as are calls in :meth:`_call`.
         """
-        global _last_data_read
         wait = _child_waits_until - time.monotonic()
         if wait > 0:
             time.sleep(wait)
