@@ -119,10 +119,7 @@ class FileSystem:
         removes it (no partial copy).
         """
         with self.open(uri, "rb") as src:
-            try:
-                dst = builtins.open(local_path, "wb")
-            except OSError as e:
-                raise type(e)(e.errno, e.strerror, local_path) from e
+            dst = _create_local(local_path)
             try:
                 with dst:
                     copied = 0
@@ -161,6 +158,14 @@ class FileSystem:
         if not verified:
             matches = [m for m in matches if m and self.exists(prefix + m)]
         return sorted(prefix + m for m in matches)
+
+
+def _create_local(local_path: str) -> BinaryIO:
+    """``local_path`` opened for writing (created or truncated); errors name it."""
+    try:
+        return builtins.open(local_path, "wb")
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, local_path) from e
 
 
 def _check_cancelled(cancelled: Callable[[], bool] | None, uri: str) -> None:
@@ -412,6 +417,11 @@ class HdfsFileSystem(FileSystem):
                 self._client_pid = os.getpid()
             return self._client_obj
 
+    def _forget_client(self) -> None:
+        """After a call overran: its connection may be wedged; the next call starts afresh."""
+        with self._lock:
+            self._client_obj = None
+
     def _call(self, uri: str, fn, *args, timeout: float | None = None):
         """Run ``fn(*args)`` (an hdfs-native call) with the timeout; map its errors.
 
@@ -432,8 +442,7 @@ class HdfsFileSystem(FileSystem):
 
         threading.Thread(target=target, daemon=True, name="tfrecord-io-hdfs").start()
         if not done.wait(timeout):
-            with self._lock:
-                self._client_obj = None  # its connection may be wedged; the next call starts afresh
+            self._forget_client()
             raise NameNodeUnreachableError(
                 errno.ETIMEDOUT, f"no answer from HDFS at hdfs://{self.authority} within "
                 f"{timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
@@ -523,15 +532,10 @@ class HdfsFileSystem(FileSystem):
         the whole copy: no bytes for ``timeout`` seconds (a stalled DataNode) and the copy is
         abandoned with TimeoutError, as are calls in :meth:`_call`.
         """
-        wait = _child_waits_until - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        _wait_out_parents_connections()
         reader = self._call(uri, self._client(uri).read, self._path(uri))
         length = len(reader)
-        try:
-            dst = builtins.open(local_path, "wb")
-        except OSError as e:
-            raise type(e)(e.errno, e.strerror, local_path) from e
+        dst = _create_local(local_path)
         progress = {"copied": 0, "at": time.monotonic()}
         box: dict = {}
         done, stop = threading.Event(), threading.Event()
@@ -554,11 +558,9 @@ class HdfsFileSystem(FileSystem):
         threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-copy").start()
         try:
             while not done.wait(0.25):
-                if cancelled is not None and cancelled():
-                    raise InterruptedError(errno.EINTR, "copy cancelled", uri)
+                _check_cancelled(cancelled, uri)
                 if time.monotonic() - progress["at"] > self.timeout:
-                    with self._lock:
-                        self._client_obj = None  # its connections may be wedged
+                    self._forget_client()
                     raise TimeoutError(
                         errno.ETIMEDOUT, f"no data from HDFS for {self.timeout:g}s while copying "
                         f"to {local_path} ({progress['copied']} of {length} bytes copied; "
@@ -595,6 +597,13 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _wait_out_parents_connections() -> None:
+    """Before a data read: in a child forked just after its parent read, wait out the cache."""
+    wait = _child_waits_until - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
 class _HdfsReader(io.RawIOBase):
     """Streaming reads from an hdfs-native FileReader, each bounded in size and time."""
 
@@ -609,9 +618,7 @@ class _HdfsReader(io.RawIOBase):
 
     def _read(self, size: int) -> bytes:
         global _last_data_read
-        wait = _child_waits_until - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        _wait_out_parents_connections()
         data = self._fs._call(self.name, self._inner.read, min(size, _MAX_READ))
         _last_data_read = time.monotonic()
         return data
