@@ -17,10 +17,10 @@ A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.own
 gives the pass its shards in reading order with :meth:`ShardCache.plan` (which returns at once
 and starts downloading ahead), asks for each shard's local copy with :meth:`ShardCache.fetch`
 (from any thread: the loader calls it from a parallel interleave's workers, as each one starts
-reading its next file) and hands it back with :meth:`ShardCache.release` when it reaches the shard's end.
-Free slots go to downloading the next shards of the pass ahead of the reader.  tf.data closes
-the owner when the pipeline is torn down, so an early stop (``take``, an error, a deleted
-iterator) leaves nothing behind.  Rules that keep this deadlock-free:
+reading its next file) and hands it back with :meth:`ShardCache.release` when it reaches the
+shard's end.  Free slots go to downloading the next shards of the pass ahead of the reader.
+tf.data closes the owner when the pipeline is torn down, so an early stop (``take``, an error,
+a deleted iterator) leaves nothing behind.  Rules that keep this deadlock-free:
 
 * nothing ever waits for a *release*, i.e. for the reader's progress: py_functions run on the
   same few threads as the rest of the pipeline, so such a wait could hang it.  ``fetch`` only

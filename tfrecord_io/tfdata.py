@@ -636,7 +636,7 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
     # Through the cache: one pass (epoch) at a time, opened and closed by cache.owner.  plan()
     # gives the cache the pass's shards in reading order and returns at once (downloads start
     # ahead); each interleave worker then waits in fetch() for its own shard's download as it
-    # opens it.  Nothing waits for the reader (see tfrecord_io.hdfs_stream).
+    # starts reading it.  Nothing waits for the reader (see tfrecord_io.hdfs_stream).
     order = _FileOrder(n, opts.shuffle, opts.seed)
     uris = [f.uri for f in files]
 
@@ -673,7 +673,7 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
     # Up to 3 x cycle workers may be waiting in fetch() at once: give them threads of their own,
     # beyond one per CPU for the work (see the module doc).
     threads = tf.data.Options()
-    threads.threading.private_threadpool_size = (os.cpu_count() or 1) + _SHARDS_PER_CYCLE * cycle
+    threads.threading.private_threadpool_size = _usable_cpus() + _SHARDS_PER_CYCLE * cycle
     return passes.flat_map(read_pass).with_options(threads)
 
 
@@ -763,14 +763,16 @@ def _target_device(option, input_context, element_spec) -> str | None:
     return option
 
 
-def _autotune_on(option: bool | None) -> bool:
-    if option is not None:
-        return option
+def _usable_cpus() -> int:
+    """The CPUs this process may run on."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return cpus >= AUTOTUNE_MIN_CPUS
+        return os.cpu_count() or 1
+
+
+def _autotune_on(option: bool | None) -> bool:
+    return option if option is not None else _usable_cpus() >= AUTOTUNE_MIN_CPUS
 
 
 def prefetch_to_gpu(dataset, device: bool | str = "auto"):
