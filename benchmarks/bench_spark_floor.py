@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     plain = spark.read.schema(T.StructType([f for f in prepared.schema.fields if f.name in names])).csv(str(csv))
     rows = []
     with job._OneSplitPerTask(spark, read.size, read.files):
-        shards = max(1, -(-read.size // job.DEFAULT_BYTES_PER_SHARD))
+        shards = job.default_num_shards(read.size)
         rows.append(("Spark CSV parse alone (spark.read.csv -> noop)", best(lambda: noop(plain))))
         rows.append(("+ the job's read options and columns (-> noop)", best(lambda: noop(prepared))))
         rows.append((f"+ repartition({shards}) on (file, split, line) (-> noop)", best(lambda: noop(

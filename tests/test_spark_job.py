@@ -205,15 +205,16 @@ def test_write_stage_pickles_and_checks_a_batch():
 
 
 def test_fault_switches_pick_first_attempts_and_stall_stops_when_temporary_is_gone(tmp_path):
-    from tfrecord_io.spark import _first_attempt_of, _stall_after_first
+    from tfrecord_io.spark import _after_first_batch, _first_attempt_of, _stall
 
     assert [_first_attempt_of("0, 2", p, 0) for p in range(4)] == [True, False, True, False]
     assert _first_attempt_of("*", 5, 0) and not _first_attempt_of("*", 5, 1) and not _first_attempt_of("", 0, 0)
     batches = [pa.array([b"a"]), pa.array([b"b", b"c"])]
     temporary = tmp_path / "_temporary"
     temporary.mkdir()
-    assert list(_stall_after_first(iter(batches), "att", str(temporary), seconds=0.1)) == batches  # stall over
-    stalled = _stall_after_first(iter(batches), "att", str(temporary), seconds=60)
+    stall_over = _after_first_batch(iter(batches), lambda: _stall("att", str(temporary), seconds=0.1))
+    assert list(stall_over) == batches
+    stalled = _after_first_batch(iter(batches), lambda: _stall("att", str(temporary), seconds=60))
     assert next(stalled) is batches[0]
     temporary.rmdir()  # the job committed while this attempt slept: it must not write on
     with pytest.raises(RuntimeError, match="stalled task attempt att writes nothing more"):

@@ -148,7 +148,7 @@ from tfrecord_io.schema import Feature, Schema, SchemaError
 __all__ = [
     "ConversionError", "ConversionOptions", "DEFAULT_BYTES_PER_SHARD", "DEFAULT_MAX_STEPS",
     "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "RowChecker", "STALL_FIRST_ATTEMPT_CONF",
-    "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "package_zip", "run_conversion",
+    "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "default_num_shards", "package_zip", "run_conversion",
 ]
 
 DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
@@ -270,7 +270,7 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     sc = spark.sparkContext
     try:
         read = _read_input(spark, schema, options)
-        num_shards = options.num_shards or max(1, math.ceil(read.size / options.bytes_per_shard))
+        num_shards = options.num_shards or default_num_shards(read.size, options.bytes_per_shard)
         staged, write = _plan(read, schema, options, job_id, num_shards,
                               fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
                               stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_CONF))
@@ -327,6 +327,11 @@ def _spark_message(e: BaseException) -> str:
     text = str(e).strip()
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
     return "\n".join(lines[:12]) or type(e).__name__
+
+
+def default_num_shards(input_bytes: int, bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD) -> int:
+    """Shards when ``--num-shards`` is not given: one per ``bytes_per_shard`` of input, at least 1."""
+    return max(1, math.ceil(input_bytes / bytes_per_shard))
 
 
 def _fault_switch(spark, env: str, conf: str) -> str:
@@ -988,9 +993,10 @@ class WriteStage:
         else:
             records = self._sequence_records(batches, spool, stats)
         if die:
-            records = _die_after_first(records, attempt)
+            records = _after_first_batch(records, lambda: _die(attempt))
         elif stall:
-            records = _stall_after_first(records, attempt, fs.join(self.output, output.TEMPORARY))
+            temporary = fs.join(self.output, output.TEMPORARY)
+            records = _after_first_batch(records, lambda: _stall(attempt, temporary))
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
             shard = output.write_shard(records, self.output, attempt, final, self.compression)
@@ -1208,40 +1214,41 @@ def _first_attempt_of(spec: str, part: int, attempt_number: int) -> bool:
     return str(part) in {p.strip() for p in spec.split(",")}
 
 
-def _die_after_first(records: Iterator[pa.Array], attempt: str) -> Iterator[pa.Array]:
-    """Fault injection: pass the first batch to the writer, then kill this Python worker."""
+def _after_first_batch(records: Iterator[pa.Array], fault) -> Iterator[pa.Array]:
+    """Fault injection: pass the batches to the writer, calling ``fault()`` right after the first
+    (an empty partition has nothing to fail in the middle of)."""
+    records = iter(records)
     for batch in records:
         yield batch
-        sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: killing task attempt {attempt} mid-write\n")
-        sys.stderr.flush()
-        os._exit(86)
-    # An empty partition has nothing to die in the middle of.
+        fault()
+        break
+    yield from records
 
 
-def _stall_after_first(records: Iterator[pa.Array], attempt: str, temporary: str,
-                       seconds: float = STALL_S) -> Iterator[pa.Array]:
-    """Fault injection: pass the first batch to the writer, then sleep (a straggler) until Spark
-    kills this Python worker, for up to ``seconds``; fail if ``temporary`` is gone by then."""
-    first = True
-    for batch in records:
-        yield batch
-        if not first:
-            continue
-        first = False
-        sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: stalling task attempt {attempt} mid-write "
-                         f"(python pid {os.getpid()})\n")
-        sys.stderr.flush()
-        started = time.monotonic()
-        gone = False
-        while not gone and time.monotonic() - started < seconds:
-            time.sleep(0.5)
-            gone = not fs.exists(temporary)
-        sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
-                         f"{time.monotonic() - started:.1f}s\n")
-        sys.stderr.flush()
-        if gone:
-            raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
-                               f"{attempt} writes nothing more")
+def _die(attempt: str) -> None:
+    """Kill this Python worker (the attempt fails mid-write)."""
+    sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: killing task attempt {attempt} mid-write\n")
+    sys.stderr.flush()
+    os._exit(86)
+
+
+def _stall(attempt: str, temporary: str, seconds: float = STALL_S) -> None:
+    """Sleep (a straggler) until Spark kills this Python worker, for up to ``seconds``; fail if
+    ``temporary`` is gone by then."""
+    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: stalling task attempt {attempt} mid-write "
+                     f"(python pid {os.getpid()})\n")
+    sys.stderr.flush()
+    started = time.monotonic()
+    gone = False
+    while not gone and time.monotonic() - started < seconds:
+        time.sleep(0.5)
+        gone = not fs.exists(temporary)
+    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
+                     f"{time.monotonic() - started:.1f}s\n")
+    sys.stderr.flush()
+    if gone:
+        raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
+                           f"{attempt} writes nothing more")
 
 
 # ---------------------------------------------------------------------------------------------
