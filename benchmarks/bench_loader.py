@@ -321,12 +321,13 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = [rows / seconds]
             checks[name] = (rows, checksum)
             print(f"  {name}: {rows / seconds:,.0f} rows/s", flush=True)
+        jvm_pid = cluster.pid if cluster else None
         for r in range(args.repeats):
             for name, fn in runs.items():
-                cpu0, jvm0 = time.process_time(), _process_cpu_s(cluster.pid if cluster else None)
+                cpu0, jvm0 = time.process_time(), _process_cpu_s(jvm_pid)
                 seconds, rows, checksum = fn()
                 cpu_s = time.process_time() - cpu0
-                jvm_s = _process_cpu_s(cluster.pid if cluster else None) - jvm0
+                jvm_s = _process_cpu_s(jvm_pid) - jvm0
                 results.setdefault(name, []).append(rows / seconds)
                 cpu.setdefault(name, []).append((cpu_s, jvm_s))
                 checks[name] = (rows, checksum)

@@ -9,7 +9,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from tfrecord_io.stats import (
 )
 from tfrecord_io.report import format_number, write_summaries
 
-EXE = Path(sys.executable).parent / "tfrecord-io"
 
 SCHEMA = Schema.from_dict({"features": [
     {"name": "fare", "type": "float", "default": 0.0},
