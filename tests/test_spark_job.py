@@ -30,7 +30,7 @@ import pytest
 from conftest import REPO, VENV_BIN, spark_submit
 from tfrecord_io import fs, output
 from tfrecord_io.schema import Schema
-from tfrecord_io.spark import (CHECK, CORRUPT, LINE, OFFSET, SOURCE, ConversionOptions, RowChecker, WriteStage,
+from tfrecord_io.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
                                run_conversion)
 
 pytestmark = pytest.mark.spark
@@ -167,41 +167,46 @@ def clean_run(example_input, tmp_path_factory):
 # ---------------------------------------------------------------------------------------------
 # Units: the functions shipped to executors
 # ---------------------------------------------------------------------------------------------
-def test_write_stage_pickles_and_checks_a_batch():
+def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_once(tmp_path):
     from pyspark import cloudpickle  # the copy Spark itself pickles functions with
 
-    from tfrecord_io import convert
+    from tfrecord_io import convert, inputs
+    from tfrecord_io.spark import _line_offsets, _Split
 
     assert convert.DEFAULT_MAX_REJECT_FRACTION == output.DEFAULT_MAX_REJECT_FRACTION
     schema = Schema.load(str(SCHEMA))
-    checker = RowChecker(schema, "csv", False, {})
-    write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", checker=checker,
+    path = tmp_path / "a.csv"
+    write_csv(path, make_rows(300), extra_lines=("x,1,a,,1;2", '5,1,"unbalanced,,1;2'))
+    header = path.read_text().splitlines()[0].split(",")
+    read = ReadStage(schema, "csv", False, {str(path): header})
+    write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", schema=schema,
                        fail_first_attempt="0", stall_first_attempt="1,2")
-    for fn in (write, checker):
+    for fn in (write, read):
         assert pickle.loads(pickle.dumps(fn)) == fn
         assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
-    batch = pa.RecordBatch.from_pydict({
-        "id": pa.array([1, None, 3, 4, 5], pa.int64()),
-        "score": pa.array([0.5, 1.0, None, 2.0, None], pa.float32()),
-        "name": ["a", "b", "c\ufffd", "d", None],
-        "tags": pa.array([["x"], None, [], ["y", "z"], None], pa.list_(pa.string())),
-        "vec": pa.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, None], None], pa.list_(pa.float32())),
-        CORRUPT: [None, None, None, None, '5,"x'],
-        SOURCE: ["file:///a.csv"] * 5,
-        OFFSET: pa.array([0] * 5, pa.int64()),
-        LINE: pa.array([2, 3, 4, 5, 6], pa.int64()),
-        CHECK: pa.array([None, None, None, "feature 'vec': list item 'q' is not a valid float", None], pa.string()),
-    })
-    checker = pickle.loads(pickle.dumps(checker))
-    reasons, raw = checker.reasons(batch)
-    assert reasons[0] is None
-    assert [r.split(":")[0] for r in reasons[1:]] == ["feature 'id'", "feature 'name'", "feature 'vec'",
-                                                     "malformed CSV"]
-    assert "list item 'q'" in reasons[3] and "--multiline" in reasons[4] and raw == {4: '5,"x'}
-    rejects = list(checker.rejects(batch, np.array([1, 4]), reasons, raw))
-    assert rejects == [
-        {"source": "file:///a.csv", "line": 3, "offset": 0, "raw": ",1.0,b,,1.0;2.0", "reason": reasons[1]},
-        {"source": "file:///a.csv", "line": 6, "offset": 0, "raw": '5,"x', "reason": reasons[4]}]
+    read = cloudpickle.loads(cloudpickle.dumps(read))
+    size = path.stat().st_size
+    cuts = [0, 1, 2000, 2001, size // 2, size - 3, size]
+    splits = [_Split(str(path), a, b, False) for a, b in zip(cuts, cuts[1:])]
+    counts = {}
+    batches = []
+    for sp in splits:
+        batches += list(read._read(sp))
+        stream, rng = inputs.open_line_range(sp.source, sp.start, sp.end)
+        with stream:
+            stream.read()
+        counts[(sp.source, sp.start)] = rng.lines
+    table = pa.Table.from_batches(batches)
+    offsets = _line_offsets(splits, counts)
+    lines = (pa.compute.add(table[LINE], pa.array([offsets[(s, a)] for s, a in zip(table[SOURCE].to_pylist(),
+                                                                                      table[START].to_pylist())]))
+             ).to_pylist()
+    assert sorted(lines) == list(range(2, 304))  # every line once (line 1 is the header)
+    good = table.filter(pa.compute.is_null(table[REASON]))
+    assert sorted(good["id"].to_pylist()) == list(range(300))
+    bad = table.filter(pa.compute.is_valid(table[REASON])).to_pylist()
+    assert sorted(r[RAW].decode() for r in bad) == sorted(["x,1,a,,1;2", '5,1,"unbalanced,,1;2'])
+    assert any("'id'" in r[REASON] for r in bad) and any("unbalanced quote" in r[REASON] for r in bad)
 
 
 def test_fault_switches_pick_first_attempts_and_stall_stops_when_temporary_is_gone(tmp_path):
@@ -552,7 +557,7 @@ def test_bad_corpus_every_row_accounted_for(spark, tmp_path, fmt, multiline):
     assert totals["input_rows"] == totals["records"] + totals["rejected"]
     rejects = rejects_of(str(out))
     assert len(rejects) == totals["rejected"]
-    assert all(set(r) == {"source", "line", "offset", "raw", "reason"} and r["reason"] and r["raw"]
+    assert all(set(r) == {"source", "line", "raw", "reason"} and r["reason"] and r["raw"]
                for r in rejects), rejects
     by_file = Counter(r["source"].rsplit("/", 1)[-1] for r in rejects)
     for name, row in table.items():
@@ -696,10 +701,11 @@ def test_csv_extra_null_values_and_headerless(spark, tmp_path):
     assert got == [(1, 2.5, "a", [1, 2, 3]), (2, -1.0, "", [])]
 
 
-def test_split_files_locate_rejects_by_offset_and_line(spark, tmp_path):
-    """A file read in several splits: (offset, line) still finds each reject's line."""
+def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path):
+    """A file read in several splits: each reject's ``line`` is its line in the file and ``raw`` the
+    file's own text of that line (issue #15, item 3)."""
     rows = make_rows(3000)
-    bad = {400: "bad400,1,x,,1;2", 1700: "bad1700,1,x,,1;2", 2900: "bad2900,1,x,,1;2"}
+    bad = {400: "bad400,1,x,,1;2", 1700: "bad1700,1.0,x,,1;2", 2900: "7,1.50,x,,1;q"}
     path = tmp_path / "big.csv"
     write_csv(path, rows)
     lines = path.read_text().splitlines(keepends=True)
@@ -714,17 +720,14 @@ def test_split_files_locate_rejects_by_offset_and_line(spark, tmp_path):
     finally:
         for k, v in old.items():
             spark.conf.set(k, v) if v is not None else spark.conf.unset(k)
+    assert path.stat().st_size > 3 * 40_000  # really read in parts
     assert manifest["totals"] == {"input_rows": 3003, "records": 3000, "rejected": 3}
-    data = path.read_bytes()
-    starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")][:-1]
+    file_lines = path.read_text().splitlines()
     rejects = rejects_of(str(out))
-    assert {r["raw"] for r in rejects} == set(bad.values())
-    assert sum(r["offset"] > 0 for r in rejects) >= 2  # really split
-    for r in rejects:
-        # Hadoop's line reader: a split at offset X > 0 starts with the first line starting after X.
-        after = [s for s in starts if s > r["offset"]] if r["offset"] else starts
-        begin = after[r["line"] - 1]
-        assert data[begin:data.index(b"\n", begin)].decode() == r["raw"], r
+    assert sorted((r["line"], r["raw"]) for r in rejects) == sorted((file_lines.index(v) + 1, v)
+                                                                    for v in bad.values())
+    assert all(file_lines[r["line"] - 1] == r["raw"] and set(r) == {"source", "line", "raw", "reason"}
+               for r in rejects)
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
 
 
@@ -744,11 +747,10 @@ def test_sequence_writer_splits_long_groups_across_batches():
     table = pa.table({"g": pa.array([r[0] for r in rows], pa.int64()),
                       "c": pa.array([r[1] for r in rows], pa.list_(pa.int64())),
                       "t": pa.array([r[2] for r in rows], pa.int64()),
-                      CORRUPT: pa.nulls(n, pa.string()), SOURCE: ["f"] * n,
-                      OFFSET: pa.array([0] * n, pa.int64()), LINE: pa.array(range(1, n + 1), pa.int64()),
-                      CHECK: pa.nulls(n, pa.string())})
-    write = WriteStage(output="/x", job_id="j", num_shards=1, compression="none", max_steps=5,
-                       checker=RowChecker(schema, "json", False, {}))
+                      SOURCE: ["f"] * n, START: pa.array([0] * n, pa.int64()),
+                      LINE: pa.array(range(1, n + 1), pa.int64()), RAW: pa.array([b"{}"] * n, pa.binary()),
+                      REASON: pa.nulls(n, pa.string())})
+    write = WriteStage(output="/x", job_id="j", num_shards=1, compression="none", max_steps=5, schema=schema)
     spool = _spool()
     stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
     records = [r for arr in write._sequence_records(table.to_batches(max_chunksize=4), spool, stats)

@@ -102,14 +102,14 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io import csv_arrow, fs, output
+from tfrecord_io import csv_arrow, fs, inputs, output
 from tfrecord_io.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.framing import normalize_compression
 from tfrecord_io.schema import Schema
 
 __all__ = [
     "BeamFiles", "Conversion", "ConversionResult", "DEFAULT_MAX_STEPS", "METRICS_NAMESPACE",
-    "auto_num_shards", "build_pipeline", "input_files", "run_conversion", "runner_that_ran",
+    "auto_num_shards", "build_pipeline", "run_conversion", "runner_that_ran",
 ]
 
 log = logging.getLogger(__name__)
@@ -169,15 +169,15 @@ class BeamFiles:
         path = uri[len("file://"):] if uri.startswith("file://") else uri
         return LocalFileSystem(None), path
 
-    def open(self, uri: str, mode: str = "rb", *, compression: str = "none"):
-        """``"rb"`` (``compression="auto"`` decompresses by extension) or ``"wb"`` (never compressed:
-        TFRecord compression is done by the writer)."""
+    def open(self, uri: str, mode: str = "rb"):
+        """``"rb"`` or ``"wb"``, raw bytes: input files are decompressed by
+        :func:`tfrecord_io.inputs.open_input` (strict about truncation, unlike Beam's
+        ``CompressionTypes.AUTO``), TFRecords compressed by the writer."""
         from apache_beam.io.filesystem import CompressionTypes
 
         filesystem, path = self._filesystem(uri)
         if mode == "rb":
-            ctype = CompressionTypes.AUTO if compression == "auto" else CompressionTypes.UNCOMPRESSED
-            return filesystem.open(path, compression_type=ctype)
+            return filesystem.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
         if mode == "wb":
             if filesystem.exists(path):
                 filesystem.delete([path])
@@ -297,40 +297,6 @@ class _Job:
         return fs.join(self.conv.output, output.TEMPORARY, f"beam-{self.run_id}.report.json")
 
 
-def input_files(uris: str | Iterable[str]) -> list[tuple[str, int]]:
-    """(path, size) of the input files of each URI: a file, a directory's files (names starting
-    with ``_`` or ``.`` skipped, as Hadoop does), or a glob.  Listed through :mod:`tfrecord_io.fs`."""
-    if isinstance(uris, str):
-        uris = [uris]
-    found: dict[str, int] = {}
-    for uri in uris:
-        for path, size in _input_files(uri):
-            found.setdefault(path, size)
-    return sorted(found.items())
-
-
-def _input_files(uri: str) -> list[tuple[str, int]]:
-    if any(c in uri for c in "*?["):
-        candidates = fs.glob(uri)
-    elif fs.isdir(uri):
-        candidates = fs.ls(uri)
-    else:
-        candidates = [uri]
-    found = []
-    for path in candidates:
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        if path != uri and name.startswith(("_", ".")):
-            continue
-        if fs.isdir(path):
-            continue
-        if not fs.exists(path):
-            raise FileNotFoundError(f"input {path} does not exist")
-        found.append((path, fs.size(path)))
-    if not found:
-        raise FileNotFoundError(f"no input files match {uri}")
-    return found
-
-
 def auto_num_shards(total_bytes: int) -> int:
     """Shards for ``total_bytes`` of input: one per TARGET_SHARD_BYTES, at least 1."""
     return max(1, min(MAX_AUTO_SHARDS, math.ceil(total_bytes / TARGET_SHARD_BYTES)))
@@ -398,7 +364,7 @@ class ReadFile(beam.DoFn):
         sequence = schema.record_type == "sequence_example"
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
         input_rows = 0
-        with self.job.files.open(path, "rb", compression="auto") as stream:
+        with inputs.open_input(path, opener=self.job.files.open) as stream:
             for pb in csv_arrow.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
                                              multiline=conv.multiline, keep_raw=sequence, reject_values=keys):
                 input_rows += pb.input_rows
@@ -767,16 +733,17 @@ def run_conversion(conv: Conversion, options: PipelineOptions | None = None) -> 
     options = options or PipelineOptions([])
     files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
     with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
-        inputs = input_files(conv.inputs)
-        num_shards = conv.num_shards or auto_num_shards(sum(size for _, size in inputs))
-        output.prepare_output(conv.output, overwrite=conv.overwrite)
+        sources = [(f.path, f.size) for f in inputs.list_inputs(conv.inputs)]
+        num_shards = conv.num_shards or auto_num_shards(sum(size for _, size in sources))
+        output.prepare_output(conv.output, overwrite=conv.overwrite, inputs=conv.inputs,
+                              input_paths=[path for path, _ in sources])
         if not files.exists(conv.output):
             raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
                              f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
         job = _Job(conv, uuid.uuid4().hex[:12], num_shards, files)
         p = beam.Pipeline(options=options)
-        build_pipeline(p, job, inputs)
-        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(inputs), conv.input,
+        build_pipeline(p, job, sources)
+        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(sources), conv.input,
                  num_shards, conv.output)
         try:
             result = p.run()

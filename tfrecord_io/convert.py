@@ -91,7 +91,9 @@ def run_job(spark, args: argparse.Namespace) -> int:
     except RejectLimitExceeded as e:
         print(f"tfrecord-io: error: {e}", file=sys.stderr)
         return EXIT_REJECTS
-    except (SchemaError, FileExistsError) as e:
+    except (SchemaError, FileExistsError, FileNotFoundError, ValueError) as e:
+        # Raised before the Spark job starts (failures inside it are ConversionErrors): bad
+        # arguments, schema, input or output location.
         print(f"tfrecord-io: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - reported, with its cause, as the job's failure

@@ -138,8 +138,11 @@ def make_reject(source: str, line: int | None, raw: str | bytes | None, reason: 
 
 def read_batches(stream: BinaryIO, schema: Schema, input_format: str, source: str, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, multiline: bool = False, keep_raw: bool = False,
-                 check_rows: bool = True, reject_values: tuple[str, ...] = ()) -> Iterator[ParsedBatch]:
+                 check_rows: bool = True, reject_values: tuple[str, ...] = (),
+                 header_names: list[str] | None = None) -> Iterator[ParsedBatch]:
     """Parse one file (``input_format`` ``"csv"`` or ``"json"``) into batches; see the module doc.
+
+    ``header_names`` (CSV): the stream starts after the header, which named these columns.
 
     ``check_rows`` applies :func:`row_rejects`; ``keep_raw`` carries each good row's text along
     (for rejects decided later, e.g. per SequenceExample group); ``reject_values`` names
@@ -150,7 +153,7 @@ def read_batches(stream: BinaryIO, schema: Schema, input_format: str, source: st
     kw = dict(block_size=block_size, multiline=multiline, keep_raw=keep_raw, check_rows=check_rows,
               reject_values=tuple(reject_values))
     if input_format == "csv":
-        return read_csv_batches(stream, schema, source, **kw)
+        return read_csv_batches(stream, schema, source, header_names=header_names, **kw)
     if input_format == "json":
         return read_json_batches(stream, schema, source, **kw)
     raise ValueError(f"unknown input format {input_format!r}; expected one of {', '.join(FORMATS)}")
@@ -630,7 +633,7 @@ def _first_record_end(data: bytes, quote: str, multiline: bool) -> int | None:
     return None
 
 
-def _read_header(stream: BinaryIO, schema: Schema, source: str, multiline: bool) -> tuple[list[str] | None, bytes]:
+def read_header(stream: BinaryIO, schema: Schema, source: str, multiline: bool) -> tuple[list[str] | None, bytes]:
     """Parse the header record: (column names, or None for a file without one; the bytes read)."""
     opts = schema.csv
     head = b""
@@ -679,8 +682,13 @@ class _CsvFile:
 
 def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_size: int = DEFAULT_BLOCK_SIZE,
                      multiline: bool = False, keep_raw: bool = False, check_rows: bool = True,
-                     reject_values: tuple[str, ...] = ()) -> Iterator[ParsedBatch]:
-    """CSV -> :class:`ParsedBatch` es (see the module doc)."""
+                     reject_values: tuple[str, ...] = (), header_names: list[str] | None = None
+                     ) -> Iterator[ParsedBatch]:
+    """CSV -> :class:`ParsedBatch` es (see the module doc).
+
+    ``header_names``: for a stream that starts after the file's header (a later split of a file
+    read in parts), the names the header gave; ``line`` then counts from the stream's start.
+    """
     import pyarrow.csv as pcsv
 
     opts = schema.csv
@@ -689,7 +697,10 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     lines_filter = None if multiline else _LineFilter(stream, opts.quote, block_size)
     src = stream if lines_filter is None else lines_filter
     if opts.header:
-        names, head = _read_header(src, schema, source, multiline)
+        if header_names is not None:
+            names, head = list(header_names), b""
+        else:
+            names, head = read_header(src, schema, source, multiline)
         if names is None:
             return
         position = {}
@@ -708,6 +719,10 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
         file_names = [f"c{i}" for i in range(len(features))]
         columns = list(range(len(features)))
         read_options = pcsv.ReadOptions(use_threads=False, block_size=block_size, column_names=file_names)
+    if not head:  # no header read from this stream: an empty stream (file or split) has no rows
+        head = src.read(64 * 1024)
+        if not head:
+            return
     file = _CsvFile(schema, source, columns, len(file_names), keep_raw, check_rows, tuple(reject_values))
     invalid: list[tuple[int | None, str, int]] = []
 
@@ -738,7 +753,7 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
                                parse_options=parse_options, convert_options=convert_options)
     except pa.ArrowInvalid as e:
         raise fail(e) from e
-    header_pending = opts.header
+    header_pending = opts.header and header_names is None  # else record 1 is a data row, at line 1
     while True:
         try:
             cells = reader.read_next_batch()

@@ -19,6 +19,9 @@ partial output.
 from __future__ import annotations
 
 import json
+import os
+import posixpath
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Iterable
@@ -77,15 +80,87 @@ class RejectLimitExceeded(RuntimeError):
     """More of the input was rejected than ``--max-reject-fraction`` allows."""
 
 
-def prepare_output(output: str, *, overwrite: bool) -> None:
-    """Refuse an existing non-empty output unless ``overwrite`` (then delete it first)."""
+def _owned(name: str) -> bool:
+    """Whether an entry of an output directory is one a conversion writes there."""
+    return name in (MANIFEST, SUCCESS, REJECTS, TEMPORARY) or _SHARD_NAME.fullmatch(name) is not None
+
+
+_SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
+
+
+def _canonical(uri: str) -> tuple[str, str]:
+    """(filesystem, absolute normalized path) for comparing locations.
+
+    Local paths and ``file://`` URIs resolve symlinks; ``hdfs://`` URIs compare by path alone
+    (``hdfs://nn:8020/a`` and ``hdfs://127.0.0.1:8020/a`` may be the same NameNode).
+    """
+    if uri.startswith("hdfs://"):
+        path = "/" + uri[len("hdfs://"):].partition("/")[2]
+        return "hdfs", posixpath.normpath(path)
+    path = fs._local_path(uri)  # noqa: SLF001 - the one place file:// URIs are parsed
+    return "local", os.path.realpath(path)
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+class OutputOverlapsInput(FileExistsError):
+    """The output directory is an input, contains one, or lies inside one."""
+
+
+def check_output_apart(output: str, input_uris: Iterable[str], input_paths: Iterable[str] = ()) -> None:
+    """Refuse an output that is an input, contains one, or lies inside one (:class:`OutputOverlapsInput`
+    naming both).
+
+    ``input_uris`` are the URIs as given (files, directories, globs); ``input_paths`` the files
+    they list.  Checked before anything is created or deleted, so that ``--overwrite`` can never
+    remove input.
+    """
+    out_fs, out = _canonical(output)
+    for given in (*input_uris, *input_paths):
+        glob = any(c in given for c in "*?[")
+        if glob:  # the files it matched are among input_paths
+            continue
+        in_fs, path = _canonical(given)
+        if in_fs != out_fs:
+            continue
+        if _inside(path, out):
+            raise OutputOverlapsInput(f"output {output} {'is' if path == out else 'contains'} the input {given}: "
+                                      f"choose an output directory apart from the input (--overwrite would "
+                                      f"delete it)")
+        if _inside(out, path) and fs.isdir(given):
+            raise OutputOverlapsInput(f"output {output} lies inside the input directory {given}: choose an "
+                                      f"output directory outside the input")
+
+
+def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
+                   input_paths: Iterable[str] = ()) -> None:
+    """Check the output against the inputs, then refuse an existing non-empty output unless
+    ``overwrite``; with it, delete only what a previous conversion wrote there.
+
+    Raises :class:`OutputOverlapsInput` for an output that overlaps an input and
+    FileExistsError for an existing output that may not be replaced: without ``overwrite``,
+    or (even with it) when the directory holds anything a conversion does not write
+    (``part-*.tfrecord*``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
+    """
+    check_output_apart(output, inputs, input_paths)
     if fs.exists(output):
         if not fs.isdir(output):
             raise FileExistsError(f"output {output} exists and is a file")
-        if fs.ls(output):
+        entries = fs.ls(output)
+        if entries:
             if not overwrite:
                 raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
-            fs.delete(output, recursive=True)
+            foreign = sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries
+                             if not _owned(e.rstrip("/").rsplit("/", 1)[-1]))
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                raise FileExistsError(
+                    f"output {output} holds files that no conversion wrote ({shown}); --overwrite only replaces "
+                    f"a previous conversion's output: choose another --output or remove them yourself")
+            for entry in entries:
+                fs.delete(entry, recursive=True)
     fs.makedirs(output)
 
 

@@ -6,65 +6,50 @@ committed ``_manifest.json`` as a dict.  ``jobs/to_tfrecord.py`` (spark-submit) 
 
 Pipeline (one Spark job, two stages)::
 
-    Spark CSV/JSON reader, schema's StructType, PERMISSIVE + corrupt-record column   (JVM)
-      -> + input_file_name(), input_file_block_start(), the line (row position in its
-         read task, which reads exactly one file split), JVM checks (CSV list items)  (JVM)
+    driver: list the input files (tfrecord_io.inputs), read each CSV header, plan splits
+      -> mapInArrow "read": each task reads one split -- a line range of an uncompressed
+         file (Hadoop's rule: the lines that start in it), or a whole compressed / multiline
+         file -- and parses it with tfrecord_io.csv_arrow, the Beam pipeline's parser: typed
+         rows plus rejected rows, each with its file, split, line, raw text, reason  (Python)
       -> repartition(N): N = number of shards                                         (shuffle)
          Examples: hash of (file, split, line), unique per row, so shards are even;
          SequenceExamples: the group_by column, then sorted by group, order_by
-      -> mapInArrow "write": per Arrow batch, find the rejects (vectorized checks), encode
-         the rest (codec.encode_examples / encode_sequence_examples), frame and write
-         shard i with output.write_shard into _temporary/<attempt>/, the rejects with
-         output.write_rejects; yield one small report row per file            (Python)
-    driver: collect() the reports -> output.commit(): shards into place, _manifest.json, _SUCCESS
+      -> mapInArrow "write": encode the converted rows (codec.encode_examples /
+         encode_sequence_examples), frame and write shard i with output.write_shard into
+         _temporary/<attempt>/, the rejects with output.write_rejects; yield one small report
+         row per file                                                                  (Python)
+    driver: collect() the reports -> make reject lines the file's (below) -> output.commit():
+         shards into place, _manifest.json, _SUCCESS
 
-Parsed rows cross from the JVM to Python once, as Arrow batches, after the shuffle: no
-per-row Python objects on the hot path (only rejects are looked at row by row).
+One parser, one set of value rules: both engines read input with :mod:`tfrecord_io.csv_arrow`
+and :mod:`tfrecord_io.inputs`, so they give the same records and the same rejects, with the
+same reasons, for any input (``tests/test_hostile_input.py`` runs both on one corpus).
 
 Input rows, records and rejects
-    Every row Spark's reader produces is one *input row*: input rows = rows in records +
-    rejected rows, always (the write stage counts both; the driver checks the sum).  Empty
-    files and header-only CSV files give 0 rows; blank lines are skipped by Spark's readers.
-    JSON Lines input is read line by line; ``multiline=True`` reads whole files as JSON
-    documents (one object, or an array of objects, per file).
+    Every row the parser delivers is one *input row*: input rows = rows in records + rejected
+    rows, always (the write stage counts both; the driver checks the sum).  Empty files and
+    header-only CSV files give 0 rows; blank lines are not rows.  JSON Lines input is read line
+    by line; ``multiline=True`` reads whole files as JSON documents (one object, or an array of
+    objects, per file).  A compressed file that is truncated or corrupt fails the job, naming
+    the file (``tfrecord_io.inputs``).
 
 Rejects (``<output>/_rejects/part-NNNNN.jsonl``, one JSON object per rejected input row)
-    ``source``  the file (Spark's ``input_file_name()``),
-    ``offset``  the byte offset where Spark's split of that file began (``input_file_block_start()``;
-                0 unless a large file was split across tasks),
-    ``line``    the record's line: records are counted as Spark's reader delivers them, from 1
-                at the start of the split, plus 1 for a CSV header line when the split starts
-                the file.  For a file without blank lines (which Spark skips) and without
-                quoted line breaks (a ``multiline`` record counts once) read from ``offset``
-                0, this is the physical line number, as the Beam pipeline reports it,
-    ``raw``     the input text: for rows Spark could not parse, its corrupt-record text
-                (``columnNameOfCorruptRecord``); for rows that parsed but break a rule, the
-                parsed values written back in the input format,
-    ``reason``  why, naming the field: malformed CSV/JSON, wrong column count, a value that
-                does not parse, null in a required field, a fixed-length list of the wrong
-                length, a null list item, invalid UTF-8 (CSV: Spark decodes bad bytes as
-                U+FFFD; a CSV string or bytes value containing U+FFFD is rejected).
+    ``source`` the file, ``line`` the line in that file where the record starts, ``raw`` the
+    input's own text of the record, ``reason`` why, naming the field (the wording is
+    csv_arrow's).  A split after a file's first counts lines from its own start; each read task
+    reports its split's line count (an accumulator, idempotent under retries) and the driver
+    adds the lines before each split while it moves the reject files into place.
     When rejected / input rows > ``max_reject_fraction`` (default
     ``output.DEFAULT_MAX_REJECT_FRACTION`` = 0.01, i.e. 1%) the job raises
     :class:`~tfrecord_io.output.RejectLimitExceeded`: nothing is committed, there is no
-    ``_SUCCESS``, and the rejects stay under ``<output>/_temporary/*/_rejects/`` to look at.
+    ``_SUCCESS``, and the rejects stay under ``<output>/_temporary/*/_rejects/`` to look at
+    (there, lines of later splits still count from the split).
 
 CSV
-    Read with Spark's CSV reader under the schema's types (no inference): ``csv.delimiter``,
-    ``csv.quote`` (a doubled quote inside a quoted field is a quote), and the first
-    ``csv.null_values`` entry as Spark's ``nullValue`` (Spark also reads an empty unquoted
-    cell as null).  Further null values are applied after reading (numeric columns are then
-    read as text and cast with ``try_cast``; a value that does not cast is a reject).  List
-    features are split on their ``separator`` and each item cast in the JVM; a bad item
-    rejects the row.  With ``csv.header: true`` the columns are matched to features *by name*:
-    the driver reads each file's first record, and files whose header is not the schema's
-    order are read under their own column order (unknown columns are dropped, features
-    missing from a file are null); a header naming no feature at all fails the job.
-    Line breaks inside quoted fields: by default records are lines (files are split across
-    tasks, and an unbalanced quote damages only its own line; a record with a quoted line
-    break becomes two rejects whose reason says to use ``multiline``).  ``multiline=True``
-    sets Spark's ``multiLine``: quoted fields may hold line breaks, each file is read by one
-    task, and an unbalanced quote runs on to the next quote (possibly the end of the file).
+    As :mod:`tfrecord_io.csv_arrow` reads it.  With ``csv.header: true`` the driver reads each
+    file's header, for the splits that do not start the file.  Records are lines by default
+    (files are split across tasks; an unbalanced quote damages only its own line);
+    ``multiline=True`` lets quoted fields hold line breaks, and each file is read by one task.
 
 SequenceExamples
     Rows are grouped by ``group_by`` (hash-partitioned, so a group never spans shards) and
@@ -110,19 +95,17 @@ A stalled attempt that wakes to find ``_temporary`` gone fails without writing m
 read in the driver and travel to the executors inside the :class:`WriteStage`; only attempt 0
 is affected, so retries and speculative copies run normally.
 
-The function shipped to executors is an instance of a module-level class (:class:`WriteStage`,
-holding a :class:`RowChecker`), picklable with plain ``pickle`` as well as cloudpickle; executors
+The functions shipped to executors are instances of module-level classes (:class:`ReadStage`,
+:class:`WriteStage`), picklable with plain ``pickle`` as well as cloudpickle; executors
 must be able to import ``tfrecord_io`` (ship it with ``--py-files``; see :func:`package_zip`).
 
-Read tasks: to number lines without a second pass, each read task reads exactly one file split
-(Spark's split size, but no packing of small files into one task; see ``_OneSplitPerTask``):
-an input of very many small files runs one (cheap, JVM-only) read task per file.
+Read tasks: Spark's split size, ``min(spark.sql.files.maxPartitionBytes, max(openCostInBytes,
+input bytes / default parallelism))``; a compressed file (it cannot be split) or ``multiline``
+input is one task per file.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
 import io
 import json
 import math
@@ -132,22 +115,22 @@ import tempfile
 import time
 import uuid
 import zipfile
-import zlib
+
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrecord_io import codec, fs, output
+from tfrecord_io import codec, csv_arrow, fs, inputs, output
 from tfrecord_io.framing import normalize_compression
-from tfrecord_io.schema import Feature, Schema, SchemaError
+from tfrecord_io.schema import Schema, SchemaError
 
 __all__ = [
     "ConversionError", "ConversionOptions", "DEFAULT_BYTES_PER_SHARD", "DEFAULT_MAX_STEPS",
-    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "RowChecker", "STALL_FIRST_ATTEMPT_CONF",
+    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "ReadStage", "STALL_FIRST_ATTEMPT_CONF",
     "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "default_num_shards", "package_zip", "run_conversion",
 ]
 
@@ -163,15 +146,12 @@ STRAGGLER_WAIT_S = 30.0
 
 # Internal columns (feature names may not start with the prefix).
 _PREFIX = "__tfio_"
-CORRUPT = _PREFIX + "corrupt"    # Spark's columnNameOfCorruptRecord
-SOURCE = _PREFIX + "source"      # input_file_name()
-OFFSET = _PREFIX + "offset"      # input_file_block_start()
-CHECK = _PREFIX + "check"        # reasons found in the JVM (CSV list items, extra null values)
-LINE = _PREFIX + "line"
-RAW = _PREFIX + "raw"
-REASON = _PREFIX + "reason"
-_REJECT_COLUMNS = (SOURCE, LINE, OFFSET, RAW, REASON)
-_NUMERIC_SQL = {"int64": "bigint", "float": "float"}
+SOURCE = _PREFIX + "source"      # the input file
+START = _PREFIX + "start"        # where the row's split of that file starts (byte offset)
+LINE = _PREFIX + "line"          # the row's line, counted from the split's first line
+RAW = _PREFIX + "raw"            # the input's own text (rejects; every row for SequenceExamples)
+REASON = _PREFIX + "reason"      # why the row is a reject (None: converted)
+_REJECT_COLUMNS = (SOURCE, START, LINE, RAW, REASON)
 
 REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, final_name string, "
               "records bigint, bytes bigint, input_rows bigint, rejected bigint, rows_in_records bigint")
@@ -265,26 +245,31 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     _check_schema(schema, options)
     out = options.output
     job_id = uuid.uuid4().hex[:12]
-    output.prepare_output(out, overwrite=options.overwrite)
+    sources = inputs.list_inputs(options.inputs)
+    input_bytes = sum(f.size for f in sources)
+    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
+    headers = _peek_headers(sources, schema, options.multiline) \
+        if options.input_format == "csv" and schema.csv.header else {}
+    output.prepare_output(out, overwrite=options.overwrite, inputs=options.inputs,
+                          input_paths=[f.path for f in sources])
     fs.makedirs(fs.join(out, output.TEMPORARY))
     sc = spark.sparkContext
     try:
-        read = _read_input(spark, schema, options)
-        num_shards = options.num_shards or default_num_shards(read.size, options.bytes_per_shard)
-        staged, write = _plan(read, schema, options, job_id, num_shards,
-                              fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
-                              stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_CONF))
+        staged, splits, counts, write = _plan(spark, schema, options, sources, headers, job_id, num_shards,
+                                              fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
+                                              stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV,
+                                                                  STALL_FIRST_ATTEMPT_CONF))
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
-            with _OneSplitPerTask(spark, read.size, read.files):
-                reports = staged.mapInArrow(write, REPORT_DDL).collect()
+            reports = staged.mapInArrow(write, REPORT_DDL).collect()
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
             sc.setLocalProperty("spark.job.description", None)
         _wait_for_stragglers(sc, job_id)
         files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
                                                 schema.record_type)
+        rejects = _fix_reject_lines(rejects, _line_offsets(splits, counts.accumulator.value))
     except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
         _abort(out)
         raise
@@ -298,7 +283,7 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
                              engine="spark", max_reject_fraction=options.max_reject_fraction)
     manifest = dict(manifest)
-    manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": read.size,
+    manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}
     return manifest
 
@@ -323,10 +308,26 @@ def _abort(out: str) -> None:
 
 
 def _spark_message(e: BaseException) -> str:
-    """The useful first lines of a (Py4J / PySpark) exception."""
+    """What went wrong, from a (Py4J / PySpark) exception's text: the file Spark was reading, and
+    the root cause -- a Python worker's own exception line, else the last Java ``Caused by``."""
+    import re
+
     text = str(e).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
-    return "\n".join(lines[:12]) or type(e).__name__
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.lstrip().startswith(("at ", "... ", "File \""))]
+    if not lines:
+        return type(e).__name__
+    picked = [ln for ln in lines if "Encountered error while reading file" in ln][:1]
+    python_error = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exceeded|Interrupt)\b:?", ln)
+                    and not ln.startswith(("org.", "java.", "py4j.", "scala."))]
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    if python_error:
+        picked.append(python_error[-1])
+    elif causes:
+        picked.append(causes[-1])
+    if not picked:
+        picked = [ln for ln in lines if not ln.startswith("An error occurred while calling")][:3] or lines[:1]
+    return "\n".join(dict.fromkeys(picked))
 
 
 def default_num_shards(input_bytes: int, bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD) -> int:
@@ -386,255 +387,30 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading
+# Reading: input files in splits, parsed by csv_arrow on the executors (the Beam pipeline's parser)
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class _Read:
-    parts: list  # DataFrames with the prepared columns, unioned by _plan
-    size: int  # input bytes
-    files: int  # input files
-    layouts: dict  # CSV file URI -> its header's column order (files not in schema order only)
+@dataclass(frozen=True)
+class _Split:
+    source: str
+    start: int
+    end: int
+    whole: bool  # the whole file, read (and decompressed) by open_input; else a line range
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _read_types(schema: Schema, fmt: str, extra_nulls: tuple) -> dict:
-    """Spark type each feature is *read* as (before the JVM-side conversions)."""
-    from pyspark.sql import types as T
-
-    types = {f.name: f.dataType for f in schema.spark_schema(fmt).fields}
-    if extra_nulls:  # numeric scalars are read as text, then null values removed and try_cast
-        for f in schema.input_features:
-            if not f.is_list and f.type in _NUMERIC_SQL:
-                types[f.name] = T.StringType()
-    return types
-
-
-def _read_input(spark, schema: Schema, opts: ConversionOptions) -> _Read:
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    fmt = opts.input_format
-    extra_nulls = tuple(schema.csv.null_values[1:]) if fmt == "csv" else ()
-    types = _read_types(schema, fmt, extra_nulls)
-    names = [f.name for f in schema.input_features]
-
-    def struct(columns):
-        return T.StructType([T.StructField(n, t, True) for n, t in columns] + [T.StructField(CORRUPT, T.StringType())])
-
-    def reader(columns):
-        r = (spark.read.schema(struct(columns)).option("mode", "PERMISSIVE")
-             .option("columnNameOfCorruptRecord", CORRUPT).option("multiLine", str(opts.multiline).lower()))
-        if fmt == "csv":
-            c = schema.csv
-            r = (r.option("header", str(c.header).lower()).option("enforceSchema", "true")
-                 .option("sep", c.delimiter).option("quote", c.quote).option("escape", c.quote)
-                 .option("encoding", "UTF-8"))
-            if c.null_values:
-                r = r.option("nullValue", c.null_values[0])
-        return r
-
-    def load(columns, paths):
-        try:
-            r = reader(columns)
-            return r.csv(paths) if fmt == "csv" else r.json(paths)
-        except Exception as e:  # AnalysisException: PATH_NOT_FOUND and friends
-            raise ConversionError(f"cannot read input {','.join(paths)}: {_spark_message(e)}") from e
-
-    schema_order = [(n, types[n]) for n in names]
-    df = load(schema_order, list(opts.inputs))
-    size = _input_size(df)
-    files = df.inputFiles()
-    if fmt != "csv" or not schema.csv.header:
-        return _Read([_prepare(df, schema, fmt, extra_nulls)], size, len(files), {})
-
-    headers = _peek_headers(files, schema, opts.multiline)
-    groups: dict[tuple | None, list[str]] = {}
-    layouts: dict[str, tuple] = {}
-    for uri, header in sorted(headers.items()):
-        if header is None or list(header) == names:
-            groups.setdefault(None, []).append(uri)
+def _plan_splits(files: list, *, splittable: bool, parallelism: int, max_split_bytes: int,
+                 open_cost: int) -> list[_Split]:
+    """Read tasks, sized as Spark sizes file splits: ``min(maxPartitionBytes, max(openCostInBytes,
+    bytes / cores))``.  Compressed files and ``multiline`` input are read whole, one task per file."""
+    total = sum(f.size for f in files)
+    size = max(1, min(max_split_bytes, max(open_cost, -(-total // max(1, parallelism)))))
+    splits = []
+    for f in files:
+        if not splittable or inputs.compression_of(f.path) != "none" or f.size <= size:
+            splits.append(_Split(f.path, 0, f.size, True))
             continue
-        if not set(header) & set(names):
-            raise ConversionError(
-                f"{uri}: the CSV header {list(header)} names none of the schema's features {names}; "
-                f"check csv.delimiter ({schema.csv.delimiter!r}) and csv.header in {opts.schema}")
-        groups.setdefault(tuple(header), []).append(uri)
-        layouts[uri] = tuple(header)
-    if list(groups) in ([None], []):
-        return _Read([_prepare(df, schema, fmt, extra_nulls)], size, len(files), {})
-    parts = []
-    for layout, uris in groups.items():
-        if layout is None:
-            parts.append(_prepare(load(schema_order, uris), schema, fmt, extra_nulls))
-            continue
-        columns, present = [], set()
-        for i, name in enumerate(layout):
-            if name in types and name not in present:
-                columns.append((name, types[name]))
-                present.add(name)
-            else:  # a column the schema does not know (or a repeated name): read and dropped
-                columns.append((f"{_PREFIX}extra_{i}", T.StringType()))
-        part = load(columns, uris)
-        part = part.select(*[F.col(_q(n)) if n in present else F.lit(None).cast(types[n]).alias(n) for n in names],
-                           F.col(CORRUPT))
-        parts.append(_prepare(part, schema, fmt, extra_nulls))
-    return _Read(parts, size, len(files), layouts)
-
-
-def _input_size(df) -> int:
-    """Bytes of input, from Spark's file index (the plan statistics), else by listing."""
-    try:
-        return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
-    except Exception:  # noqa: BLE001 - e.g. Spark Connect; fall back to listing
-        return sum(fs.size(u) for u in df.inputFiles())
-
-
-def _peek_headers(files: list[str], schema: Schema, multiline: bool) -> dict[str, tuple | None]:
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(zip(files, pool.map(lambda u: _peek_header(u, schema, multiline), files)))
-
-
-def _peek_header(uri: str, schema: Schema, multiline: bool) -> tuple | None:
-    """The column names in a CSV file's first record (None for a file with no lines)."""
-    try:
-        with fs.open(uri, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError as e:
-        raise ConversionError(f"{uri}: cannot read the CSV header: {e}") from e
-    if uri.endswith(".gz"):
-        head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
-    text = head.decode("utf-8", "replace").lstrip("\ufeff")
-    if not multiline:
-        text = next((ln for ln in text.splitlines() if ln.strip()), "")
-    c = schema.csv
-    try:
-        for row in csv.reader(io.StringIO(text, newline=""), delimiter=c.delimiter, quotechar=c.quote):
-            if row and any(cell.strip() for cell in row):
-                return tuple(row)
-    except csv.Error as e:
-        raise ConversionError(f"{uri}: line 1: cannot parse the CSV header: {e}") from e
-    return None
-
-
-def _regex_literal(text: str) -> str:
-    """A Java regex matching ``text`` literally (for Spark's split)."""
-    return "".join(ch if ch.isalnum() or ch == "_" else "\\" + ch for ch in text)
-
-
-def _cast_to(sql_type: str):
-    return lambda x: x.try_cast(sql_type)
-
-
-def _fails_cast_to(sql_type: str):
-    return lambda x: x.try_cast(sql_type).isNull()
-
-
-def _prepare(df, schema: Schema, fmt: str, extra_nulls: tuple):
-    """Feature columns in their encoder types (CSV lists split and cast), plus the internal columns:
-    CORRUPT, SOURCE (file), OFFSET (split start), LINE, CHECK (JVM-found reasons).  Must sit right
-    on the read: ``input_file_name()`` and the row positions are those of the read task."""
-    header_lines = 1 if fmt == "csv" and schema.csv.header else 0
-    from pyspark.sql import functions as F
-
-    columns, checks = [], []
-    for f in schema.input_features:
-        col = F.col(_q(f.name))
-        if fmt == "csv":
-            cell = F.when(col.isin(*extra_nulls), F.lit(None)).otherwise(col) if extra_nulls else col
-            if f.is_list:
-                items = F.split(cell, _regex_literal(f.separator or ","), -1)
-                if f.type in _NUMERIC_SQL:
-                    sql_type = _NUMERIC_SQL[f.type]
-                    col = F.transform(items, _cast_to(sql_type))
-                    bad = F.filter(items, _fails_cast_to(sql_type))
-                    checks.append(F.when(F.size(bad) > 0, F.concat(
-                        F.lit(f"feature {f.name!r}: list item '"), F.element_at(bad, 1),
-                        F.lit(f"' is not a valid {f.type} (list items are separated by {f.separator!r})"))))
-                else:
-                    col = items
-            elif extra_nulls and f.type in _NUMERIC_SQL:
-                col = cell.try_cast(_NUMERIC_SQL[f.type])
-                checks.append(F.when(cell.isNotNull() & col.isNull(), F.concat(
-                    F.lit(f"feature {f.name!r}: '"), cell, F.lit(f"' is not a valid {f.type}"))))
-            else:
-                col = cell
-        columns.append(col.alias(f.name))
-    check = checks[0] if len(checks) == 1 else (F.coalesce(*checks) if checks else F.lit(None))
-    offset = F.expr("input_file_block_start()")
-    # The row's position in its read task, which reads one file split (see _OneSplitPerTask).
-    position = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
-    line = position + 1 + F.when(offset == 0, F.lit(header_lines)).otherwise(F.lit(0))
-    return df.select(*columns, F.col(CORRUPT), F.input_file_name().alias(SOURCE), offset.alias(OFFSET),
-                     line.alias(LINE), check.cast("string").alias(CHECK))
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan
-# ---------------------------------------------------------------------------------------------
-def _plan(read: _Read, schema: Schema, opts: ConversionOptions, job_id: str, num_shards: int, fail: str = "",
-          stall: str = ""):
-    """The DataFrame the write stage runs on, and the write stage."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    prepared = reduce(lambda a, b: a.union(b), read.parts)
-    if schema.record_type == "example":
-        # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
-        # and deterministically, so a recomputed map task sends each row where it went before.
-        staged = prepared.repartition(num_shards, F.col(SOURCE), F.col(OFFSET), F.col(LINE))
-    else:
-        order = [F.col(_q(schema.group_by))]
-        if schema.order_by and schema.order_by != schema.group_by:
-            order.append(F.col(_q(schema.order_by)))
-        order += [F.col(SOURCE), F.col(OFFSET), F.col(LINE)]
-        staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
-    checker = RowChecker(schema, opts.input_format, opts.multiline, read.layouts)
-    write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
-                       checker=checker, max_steps=opts.max_steps, fail_first_attempt=fail,
-                       stall_first_attempt=stall)
-    return staged, write
-
-
-class _OneSplitPerTask:
-    """Session settings (restored after) under which each read task reads exactly one file split.
-
-    Spark packs small files into one task (``FilePartition``: a file costs its length plus
-    ``spark.sql.files.openCostInBytes``, a task holds up to ``maxSplitBytes``).  With the open
-    cost above the split size no task takes a second file, and then a row's position in its task
-    (``monotonically_increasing_id()``) is its position in its split: its line.  The split size
-    is what Spark would pick, ``min(maxPartitionBytes, max(openCostInBytes, bytes / cores))``.
-    The price: one read task per input file, however small.
-    """
-
-    KEYS = ("spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes", "spark.sql.files.maxPartitionNum")
-
-    def __init__(self, spark, input_bytes: int, input_files: int):
-        self.spark = spark
-        conf = spark.conf
-        max_pb = _conf_bytes(conf.get(self.KEYS[0], "128m"))
-        open_cost = _conf_bytes(conf.get(self.KEYS[1], "4m"))
-        min_parts = int(conf.get("spark.sql.files.minPartitionNum", None) or spark.sparkContext.defaultParallelism)
-        per_core = (input_bytes + input_files * open_cost) // max(1, min_parts)
-        self.split = max(1, min(max_pb, max(open_cost, per_core)))
-
-    def __enter__(self):
-        conf = self.spark.conf
-        self.saved = {k: conf.get(k, None) for k in self.KEYS}
-        conf.set(self.KEYS[0], str(self.split))
-        conf.set(self.KEYS[1], str(self.split + 1))
-        conf.unset(self.KEYS[2])  # it would re-pack splits into fewer tasks
-        return self
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                self.spark.conf.unset(k)
-            else:
-                self.spark.conf.set(k, v)
+        for start in range(0, f.size, size):
+            splits.append(_Split(f.path, start, min(f.size, start + size), False))
+    return splits
 
 
 def _conf_bytes(value) -> int:
@@ -643,8 +419,207 @@ def _conf_bytes(value) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
 
 
+class _LineCounts:
+    """An accumulator of {(file, split start): lines in that split} (idempotent: a recomputed
+    split reports the same count)."""
+
+    def __init__(self, sc):
+        from pyspark.accumulators import AccumulatorParam
+
+        class Param(AccumulatorParam):
+            def zero(self, value):
+                return {}
+
+            def addInPlace(self, a, b):
+                a.update(b)
+                return a
+
+        self.accumulator = sc.accumulator({}, Param())
+
+
+def _line_offsets(splits: list[_Split], counts: dict) -> dict:
+    """{(file, split start): lines before the split} for every part of a file read in parts."""
+    offsets: dict = {}
+    by_file: dict[str, list[_Split]] = {}
+    for sp in splits:
+        if not sp.whole:
+            by_file.setdefault(sp.source, []).append(sp)
+    for source, parts in by_file.items():
+        before = 0
+        for sp in sorted(parts, key=lambda x: x.start):
+            offsets[(source, sp.start)] = before
+            if (source, sp.start) not in counts:
+                raise RuntimeError(f"no line count was reported for {source} from byte {sp.start}")
+            before += counts[(source, sp.start)]
+    return offsets
+
+
+def _read_schema(schema: Schema):
+    """Spark DDL of the read stage's rows: the features (as csv_arrow types them) and the
+    internal columns that place each row (SOURCE, START, LINE) and carry rejects (RAW, REASON)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import LongType, StringType, BinaryType, StructField, StructType
+
+    fields = list(from_arrow_schema(csv_arrow.input_schema(schema)).fields)
+    return StructType(fields + [StructField(SOURCE, StringType()), StructField(START, LongType()),
+                                StructField(LINE, LongType()), StructField(RAW, BinaryType()),
+                                StructField(REASON, StringType())])
+
+
+@dataclass(frozen=True)
+class ReadStage:
+    """mapInArrow function over splits (rows of source, start, end, whole): parse each with
+    :func:`tfrecord_io.csv_arrow.read_batches` and yield its rows, converted and rejected alike."""
+
+    schema: Schema
+    input_format: str
+    multiline: bool
+    headers: dict  # CSV with a header: file -> its column names (for splits after the first)
+    line_counts: Any = None  # the _LineCounts accumulator
+    block_size: int = csv_arrow.DEFAULT_BLOCK_SIZE
+
+    @property
+    def target(self) -> pa.Schema:
+        return csv_arrow.input_schema(self.schema)
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            d = batch.to_pydict()
+            for source, start, end, whole in zip(d["source"], d["start"], d["end"], d["whole"]):
+                yield from self._read(_Split(source, int(start), int(end), bool(whole)))
+
+    def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
+        s = self.schema
+        sequence = s.record_type == "sequence_example"
+        keys = (s.group_by, s.order_by or s.group_by) if sequence else ()
+        kw: dict = {}
+        if split.whole:
+            stream, rng = inputs.open_input(split.source), None
+        else:
+            stream, rng = inputs.open_line_range(split.source, split.start, split.end)
+            if self.input_format == "csv" and s.csv.header and split.start > 0:
+                kw["header_names"] = self.headers[split.source]
+        with stream:
+            for pb in csv_arrow.read_batches(stream, s, self.input_format, split.source, block_size=self.block_size,
+                                             multiline=self.multiline, keep_raw=sequence, reject_values=keys, **kw):
+                if pb.rows.num_rows:
+                    yield self._rows(pb, split.start)
+                if pb.rejects:
+                    yield self._rejects(pb, split.start)
+        if rng is not None and self.line_counts is not None:
+            self.line_counts.add({(split.source, split.start): rng.lines})
+
+    def _internal(self, n: int, source: str, start: int, lines, raw, reasons) -> list:
+        return [pa.array([source] * n, pa.string()), pa.array(np.full(n, start, np.int64)),
+                pa.array(np.asarray(lines, np.int64)), raw if raw is not None else pa.nulls(n, pa.binary()),
+                reasons if reasons is not None else pa.nulls(n, pa.string())]
+
+    def _rows(self, pb: csv_arrow.ParsedBatch, start: int) -> pa.RecordBatch:
+        n = pb.rows.num_rows
+        raw = None if pb.raw is None else pb.raw.cast(pa.binary())
+        cols = list(pb.rows.columns) + self._internal(n, pb.source, start, pb.lines, raw, None)
+        return pa.RecordBatch.from_arrays(cols, names=_READ_NAMES(self.schema))
+
+    def _rejects(self, pb: csv_arrow.ParsedBatch, start: int) -> pa.RecordBatch:
+        n = len(pb.rejects)
+        values = pb.reject_values or [None] * n
+        cols = []
+        for f in self.target:
+            if f.name in (self.schema.group_by, self.schema.order_by):
+                cols.append(pa.array([None if v is None else v.get(f.name) for v in values], f.type))
+            else:
+                cols.append(pa.nulls(n, f.type))
+        raw = pa.array([None if r["raw"] is None else r["raw"].encode("utf-8") for r in pb.rejects], pa.binary())
+        reasons = pa.array([r["reason"] for r in pb.rejects], pa.string())
+        cols += self._internal(n, pb.source, start, [r["line"] or 0 for r in pb.rejects], raw, reasons)
+        return pa.RecordBatch.from_arrays(cols, names=_READ_NAMES(self.schema))
+
+
+def _READ_NAMES(schema: Schema) -> list[str]:  # noqa: N802 - a constant per schema
+    return [f.name for f in schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
+
+
+def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
+    """The read stage's DataFrame over ``files``, its splits and the line-count accumulator."""
+    sc = spark.sparkContext
+    conf = spark.conf
+    splits = _plan_splits(files, splittable=not opts.multiline, parallelism=sc.defaultParallelism,
+                          max_split_bytes=_conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
+                          open_cost=_conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")))
+    counts = _LineCounts(sc)
+    rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
+    df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
+                               "source string, start bigint, end bigint, whole boolean")
+    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts.accumulator)
+    return df.mapInArrow(stage, _read_schema(schema)), splits, counts
+
+
+def _peek_headers(files: list, schema: Schema, multiline: bool) -> dict[str, list[str] | None]:
+    """Each CSV file's header names (None for a file with no lines), read on the driver."""
+    def peek(uri: str):
+        with inputs.open_input(uri) as f:
+            names, _ = csv_arrow.read_header(f, schema, uri, multiline)
+        return names
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip([f.path for f in files], pool.map(peek, [f.path for f in files])))
+
+
 # ---------------------------------------------------------------------------------------------
-# Executor side: reasons, raw text
+# Plan
+# ---------------------------------------------------------------------------------------------
+def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict, job_id: str,
+          num_shards: int, fail: str = "", stall: str = ""):
+    """The DataFrame the write stage runs on, the splits and line counts of the read, the write stage."""
+    from pyspark.sql import functions as F
+
+    prepared, splits, counts = _read_input(spark, schema, opts, files, headers)
+    if schema.record_type == "example":
+        # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
+        # and deterministically, so a recomputed map task sends each row where it went before.
+        staged = prepared.repartition(num_shards, F.col(SOURCE), F.col(START), F.col(LINE))
+    else:
+        order = [F.col(_q(schema.group_by))]
+        if schema.order_by and schema.order_by != schema.group_by:
+            order.append(F.col(_q(schema.order_by)))
+        order += [F.col(SOURCE), F.col(START), F.col(LINE)]
+        staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
+    write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
+                       schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
+                       stall_first_attempt=stall)
+    return staged, splits, counts, write
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _fix_reject_lines(rejects: list, offsets: dict) -> list:
+    """Rejects of files read in parts count lines from their split: add the lines before it
+    (each reject file is rewritten, a line at a time, before the commit moves it)."""
+    if not offsets:
+        return rejects
+    fixed = []
+    for wf in rejects:
+        path = wf.temp_path + ".lines"
+        size = 0
+        with fs.open(wf.temp_path, "rb") as raw, fs.open(path, "wb") as dst:
+            src = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
+            for line in src:
+                row = json.loads(line)
+                start = row.pop("_start", 0)
+                if start and row.get("line"):
+                    row["line"] += offsets[(row["source"], start)]
+                data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                dst.write(data)
+                size += len(data)
+        fs.delete(wf.temp_path)
+        fixed.append(output.WrittenFile(path, wf.final_name, wf.records, size))
+    return fixed
+
+
+# ---------------------------------------------------------------------------------------------
+# Executor side: helpers
 # ---------------------------------------------------------------------------------------------
 def _text(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "backslashreplace")
@@ -657,251 +632,23 @@ def _binary_list(arr: pa.Array) -> list:
     return arr.to_pylist()
 
 
-_INVALID_UTF8 = "invalid UTF-8 in the input"
-
-
-def _value_ok(f: Feature, v: Any, *, from_csv: bool) -> bool:
-    """Would Spark's reader take ``v`` (a CSV cell's text, or a JSON value) for feature ``f``?"""
-    if v is None:
-        return True
-    if from_csv:
-        if f.is_list or f.type not in _NUMERIC_SQL:
-            return True
-        text = v.strip() if f.type == "float" else v
-        if f.type == "int64":
-            try:
-                return -(2**63) <= int(text, 10) < 2**63 and text.lstrip("+-").isdigit()
-            except ValueError:
-                return False
-        try:
-            float(text.rstrip("fFdD") if text[-1:] in "fFdD" and text[:-1].strip() else text)
-            return True
-        except ValueError:
-            return text in ("Inf", "-Inf", "NaN")
-    if f.is_list:
-        return isinstance(v, list) and all(_json_scalar_ok(f, x) for x in v if x is not None)
-    return _json_scalar_ok(f, v)
-
-
-def _json_scalar_ok(f: Feature, v: Any) -> bool:
-    if f.type == "int64":
-        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
-    if f.type == "float":
-        return (isinstance(v, (int, float)) and not isinstance(v, bool)) or \
-            (isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity", "+Infinity", "INF", "-INF", "+INF"))
-    if f.type == "bytes":
-        if not isinstance(v, str):
-            return False
-        try:
-            base64.b64decode(v, validate=True)
-            return True
-        except ValueError:
-            return False
-    return True  # Spark reads any JSON value into a string column (numbers and objects as their text)
-
-
 def _describe(v: Any, limit: int = 60) -> str:
     r = repr(v)
     return r if len(r) <= limit else r[:limit] + "..."
 
 
-@dataclass(frozen=True)
-class _Diagnoser:
-    """Why Spark's reader rejected a record (it does not say): re-check its raw text."""
-
-    schema: Schema
-    input_format: str
-    multiline: bool
-    layouts: dict
-
-    def reason(self, raw: bytes, source: str) -> str:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return _INVALID_UTF8
-        if "\ufffd" in text:
-            return _INVALID_UTF8
-        return self._csv(text, source) if self.input_format == "csv" else self._json(text)
-
-    def _csv(self, text: str, source: str) -> str:
-        c = self.schema.csv
-        layout = self.layouts.get(source) or tuple(f.name for f in self.schema.input_features)
-        if text.count(c.quote) % 2:
-            hint = "" if self.multiline else "; a quoted field holding a line break needs --multiline"
-            return f"malformed CSV: unbalanced quote ({c.quote}){hint}"
-        try:
-            rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=c.delimiter, quotechar=c.quote,
-                                   doublequote=True, strict=True))
-        except csv.Error as e:
-            return f"malformed CSV: {e}"
-        cells = rows[0] if rows else []
-        if len(rows) > 1 or len(cells) != len(layout):
-            got = sum(len(r) for r in rows)
-            return f"wrong number of columns: expected {len(layout)}, got {got}"
-        features = {f.name: f for f in self.schema.input_features}
-        for name, cell in zip(layout, cells):
-            f = features.get(name)
-            if f is None or cell in c.null_values or cell == "":
-                continue
-            if not _value_ok(f, cell, from_csv=True):
-                return f"feature {name!r}: {_describe(cell)} is not a valid {f.type}"
-        return "malformed CSV record (Spark's CSV parser rejected it)"
-
-    def _json(self, text: str) -> str:
-        try:
-            value = json.loads(text)
-        except ValueError as e:
-            return f"malformed JSON: {e}"
-        objects = value if isinstance(value, list) else [value]
-        for obj in objects:
-            if not isinstance(obj, dict):
-                return f"expected a JSON object, got {type(obj).__name__} {_describe(obj)}"
-            for f in self.schema.input_features:
-                if f.name in obj and not _value_ok(f, obj[f.name], from_csv=False):
-                    want = f"a list of {f.type}" if f.is_list else f.type
-                    return f"feature {f.name!r}: expected {want}, got {_describe(obj[f.name])}"
-        return "malformed JSON record (Spark's JSON parser rejected it)"
-
-
-def _raw_from_values(values: dict, schema: Schema, fmt: str, layout: tuple | None) -> str:
-    """A parsed row written back in the input format (rows Spark parsed carry no raw text)."""
-    if fmt == "json":
-        def conv(v):
-            if isinstance(v, bytes):
-                return base64.b64encode(v).decode("ascii")
-            if isinstance(v, list):
-                return [conv(x) for x in v]
-            if isinstance(v, float) and not math.isfinite(v):
-                return str(v)
-            return v
-        return json.dumps({f.name: conv(values.get(f.name)) for f in schema.input_features
-                           if values.get(f.name) is not None}, ensure_ascii=False)
-    c = schema.csv
-    features = {f.name: f for f in schema.input_features}
-    cells = []
-    for name in layout or tuple(features):
-        v = values.get(name)
-        f = features.get(name)
-        if v is None:
-            cells.append(c.null_values[0] if c.null_values else "")
-        elif isinstance(v, list):
-            cells.append((f.separator or ",").join("" if x is None else _cell(x) for x in v))
-        else:
-            cells.append(_cell(v))
-    buf = io.StringIO()
-    csv.writer(buf, delimiter=c.delimiter, quotechar=c.quote, lineterminator="").writerow(cells)
-    return buf.getvalue()
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "backslashreplace")
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
-
-
 def _rows_as_dicts(batch: pa.RecordBatch, names: list[str]) -> list[dict]:
-    """Python rows of some columns (strings decoded leniently)."""
+    """Python rows of some columns (strings and raw text decoded leniently)."""
     cols = {}
     for n in names:
         arr = batch.column(batch.schema.get_field_index(n))
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_binary(arr.type) \
+                and n == RAW:
             cols[n] = [_text(b) for b in _binary_list(arr)]
         else:
             cols[n] = arr.to_pylist()
     return [dict(zip(names, vals)) for vals in zip(*(cols[n] for n in names))] if names else \
         [{} for _ in range(batch.num_rows)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Executor side: the scan stage
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RowChecker:
-    """Why each input row of a batch is a reject (None for good rows), and the raw text.
-
-    Works on the prepared columns (features, CORRUPT, SOURCE, OFFSET, LINE, CHECK).  The most
-    basic problem wins: Spark could not parse the record > a CSV list item or extra null value
-    did not cast (JVM checks) > invalid UTF-8 > the schema's row rules (``codec.row_errors``;
-    for SequenceExamples on the row's context + step, plus null steps without a default).
-    """
-
-    schema: Schema
-    input_format: str
-    multiline: bool
-    layouts: dict = field(default_factory=dict)
-
-    @property
-    def row_schema(self) -> Schema:
-        """The per-row view the row rules run on (a SequenceExample row is context + one step)."""
-        if self.schema.record_type == "example":
-            return self.schema
-        return Schema(record_type="example", features=self.schema.context + self.schema.sequence,
-                      csv=self.schema.csv)
-
-    def reasons(self, batch: pa.RecordBatch) -> tuple[list, dict]:
-        """(reason per row or None, {row: raw text} for the rows Spark could not parse)."""
-        n = batch.num_rows
-        reasons: list = codec.row_errors(batch, self.row_schema)
-        if self.schema.record_type == "sequence_example":
-            for f in self.schema.sequence:
-                col = batch.column(batch.schema.get_field_index(f.name))
-                if f.default is None and col.null_count:
-                    for i in np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)):
-                        reasons[i] = reasons[i] or \
-                            f"sequence feature {f.name!r}: null step, and the feature has no default"
-        if self.input_format == "csv":
-            for f in self.schema.input_features:
-                if f.type not in ("string", "bytes"):
-                    continue
-                col = batch.column(batch.schema.get_field_index(f.name))
-                hit = pc.fill_null(pc.match_substring(pc.list_flatten(col) if f.is_list else col, "\ufffd"), False)
-                hit = hit.to_numpy(zero_copy_only=False)
-                if not hit.any():
-                    continue
-                if f.is_list:
-                    rows = np.unique(pc.list_parent_indices(col).to_numpy(zero_copy_only=False)[hit])
-                else:
-                    rows = np.flatnonzero(hit)
-                for i in rows:
-                    reasons[i] = f"feature {f.name!r}: {_INVALID_UTF8} (Spark read the bad bytes as U+FFFD)"
-        check = batch.column(batch.schema.get_field_index(CHECK))
-        if check.null_count < n:
-            idx = np.flatnonzero(check.is_valid().to_numpy(zero_copy_only=False))
-            for i, text in zip(idx, _binary_list(check.take(pa.array(idx, pa.int64())))):
-                reasons[i] = _text(text)
-        raw: dict[int, str] = {}
-        corrupt = batch.column(batch.schema.get_field_index(CORRUPT))
-        if corrupt.null_count < n:
-            diagnoser = _Diagnoser(self.schema, self.input_format, self.multiline, self.layouts)
-            idx = np.flatnonzero(corrupt.is_valid().to_numpy(zero_copy_only=False))
-            take = pa.array(idx, pa.int64())
-            texts = _binary_list(corrupt.take(take))
-            sources = _binary_list(batch.column(batch.schema.get_field_index(SOURCE)).take(take))
-            for i, text, src in zip(idx, texts, sources):
-                raw[int(i)] = _text(text)
-                reasons[i] = diagnoser.reason(text, _text(src))
-        return reasons, raw
-
-    def raw_text(self, values: dict, source: str | None) -> str:
-        return _raw_from_values(values, self.schema, self.input_format, self.layouts.get(source))
-
-    def rejects(self, batch: pa.RecordBatch, idx: np.ndarray, reasons: list, raw: dict) -> Iterator[dict]:
-        """Reject dicts (the ``_rejects/`` contract) for rows ``idx`` of ``batch``."""
-        if len(idx) == 0:
-            return
-        sub = batch.take(pa.array(idx, pa.int64()))
-        meta = _rows_as_dicts(sub, [SOURCE, LINE, OFFSET])
-        need = [j for j, i in enumerate(idx) if int(i) not in raw]
-        values = dict(zip(need, _rows_as_dicts(sub.take(pa.array(need, pa.int64())),
-                                                [f.name for f in self.schema.input_features]))) if need else {}
-        for j, i in enumerate(idx):
-            text = raw.get(int(i))
-            if text is None:
-                text = self.raw_text(values[j], meta[j][SOURCE])
-            yield {"source": meta[j][SOURCE], "line": meta[j][LINE], "offset": meta[j][OFFSET], "raw": text,
-                   "reason": reasons[i]}
 
 
 def _as_binary(arr: pa.Array) -> pa.Array:
@@ -966,14 +713,10 @@ class WriteStage:
     job_id: str
     num_shards: int
     compression: str
-    checker: RowChecker
+    schema: Schema
     max_steps: int = DEFAULT_MAX_STEPS
     fail_first_attempt: str = ""  # fault injection (tests), see the module docstring
     stall_first_attempt: str = ""
-
-    @property
-    def schema(self) -> Schema:
-        return self.checker.schema
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -1029,15 +772,19 @@ class WriteStage:
             if batch.num_rows == 0:
                 continue
             stats["input_rows"] += batch.num_rows
-            reasons, raw = self.checker.reasons(batch)
-            bad = pa.array(reasons, pa.string()).is_valid().to_numpy(zero_copy_only=False)
+            reason = batch.column(batch.schema.get_field_index(REASON))
+            bad = reason.is_valid().to_numpy(zero_copy_only=False)
             good_idx = np.flatnonzero(~bad)
             records, refused = self._encode(batch, good_idx)
-            for i, why in refused.items():
-                reasons[i] = why
-                bad[i] = True
-            for row in self.checker.rejects(batch, np.flatnonzero(bad), reasons, raw):
-                spool.add(row)
+            if refused or bad.any():
+                reasons = reason.to_pylist()
+                for i, why in refused.items():
+                    reasons[i] = why
+                    bad[i] = True
+                rows = batch.take(pa.array(np.flatnonzero(bad), pa.int64()))
+                for m, why in zip(_rows_as_dicts(rows, list(_REJECT_COLUMNS)), (reasons[i] for i in np.flatnonzero(bad))):
+                    m[REASON] = why
+                    spool.add(_reject_json(m))
             if len(records):
                 stats["records"] += len(records)
                 yield records
@@ -1079,14 +826,9 @@ class WriteStage:
                 yield out
 
     def _with_reasons(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The batch's feature and position columns plus REASON and RAW (row-level problems)."""
-        reasons, raw = self.checker.reasons(batch)
-        names = [f.name for f in self.schema.input_features] + [SOURCE, LINE, OFFSET]
-        cols = [batch.column(batch.schema.get_field_index(n)) for n in names]
-        raw_col = pa.array([raw.get(i) for i in range(batch.num_rows)], pa.string()) if raw else \
-            pa.nulls(batch.num_rows, pa.string())
-        return pa.RecordBatch.from_arrays(cols + [raw_col, pa.array(reasons, pa.string())],
-                                          names=names + [RAW, REASON])
+        """The batch's feature, position, RAW and REASON columns (row-level problems found when read)."""
+        names = [f.name for f in self.schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
+        return pa.RecordBatch.from_arrays([batch.column(batch.schema.get_field_index(n)) for n in names], names=names)
 
     def _unit_starts(self, batch: pa.RecordBatch) -> np.ndarray:
         """Row indices where a record (a group, or a max_steps piece of one) starts."""
@@ -1182,8 +924,6 @@ class WriteStage:
         meta = _rows_as_dicts(sub, list(_REJECT_COLUMNS))
         values = _rows_as_dicts(sub, [f.name for f in s.input_features])
         for m, v, u in zip(meta, values, unit_of[rows]):
-            if m[RAW] is None:
-                m[RAW] = self.checker.raw_text(v, m[SOURCE])
             if m[REASON] is None:
                 m[REASON] = (f"rejected with its group ({s.group_by}={_describe(v[s.group_by])}), "
                              f"which holds a bad row: {why[int(u)]}")
@@ -1201,8 +941,12 @@ _REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("
 
 
 def _reject_json(row: dict) -> dict:
-    return {"source": row[SOURCE], "line": row[LINE], "offset": row[OFFSET], "raw": row[RAW],
-            "reason": row[REASON]}
+    """A reject of the output contract; ``_start`` (split start, for the driver to make ``line`` the
+    file's line) is removed before the commit."""
+    out = {"source": row[SOURCE], "line": row[LINE] or None, "raw": row[RAW], "reason": row[REASON]}
+    if row[START]:
+        out["_start"] = row[START]
+    return out
 
 
 def _first_attempt_of(spec: str, part: int, attempt_number: int) -> bool:

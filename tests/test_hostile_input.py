@@ -1,0 +1,166 @@
+"""Hostile input loses nothing (issue #16): every case of ``hostile_corpus`` through both engines.
+
+The promise, per case: either the conversion succeeds and input rows = records + rejects with the
+case's counts, or it fails naming the file and commits nothing (no ``_SUCCESS``, no shard).  Both
+engines run in this process: Spark on the session's ``local[2]`` SparkSession, Beam on its
+in-process FnApiRunner (asserted).  Plus the output-location rules: an output that is, holds or
+lies inside an input is refused before anything is touched, and ``--overwrite`` only removes what
+a conversion wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hostile_corpus
+from conftest import tfrecord_io_cli
+from tfrecord_io import fs, output
+from tfrecord_io.schema import Schema
+
+CASES = hostile_corpus.all_cases()
+
+
+def _schema_file(tmp_path: Path, schema: dict) -> str:
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump(schema))
+    return str(path)
+
+
+def convert(engine: str, spark, inp: str, fmt: str, schema: str, out: str, **kw) -> dict:
+    """Run one engine in this process; return the manifest (raises what the engine raises)."""
+    if engine == "spark":
+        from tfrecord_io.spark import ConversionOptions, run_conversion
+
+        return run_conversion(spark, ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out,
+                                                       max_reject_fraction=1.0, **kw))
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io import beam as tbeam
+
+    conv = tbeam.Conversion(input=inp, input_format=fmt, schema=Schema.load(schema), output=out,
+                            max_reject_fraction=1.0, **kw)
+    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
+    assert result.runner == "FnApiRunner", result.runner
+    return result.manifest
+
+
+@pytest.fixture(params=["spark", "beam"])
+def engine(request):
+    return request.param
+
+
+@pytest.fixture
+def session(engine, request):
+    return request.getfixturevalue("spark") if engine == "spark" else None
+
+
+def _nothing_committed(out: Path) -> None:
+    if out.exists():
+        names = {p.name for p in out.iterdir()}
+        assert not names & {output.SUCCESS, output.MANIFEST}, names
+        assert not any(n.startswith("part-") for n in names), names
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_case_keeps_its_promise(case, engine, session, tmp_path):
+    inp = hostile_corpus.write_case(case, tmp_path / "in")
+    schema = _schema_file(tmp_path, case.schema)
+    out = tmp_path / "out"
+    if isinstance(case.expect, hostile_corpus.Fails):
+        with pytest.raises(Exception) as info:
+            convert(engine, session, str(inp), case.fmt, schema, str(out))
+        text = str(info.value)
+        assert case.expect.file in text and re.search(case.expect.why, text), \
+            f"{engine}: the error does not name {case.expect.file} or say {case.expect.why!r}:\n{text[:3000]}"
+        _nothing_committed(out)
+        return
+    manifest = convert(engine, session, str(inp), case.fmt, schema, str(out))
+    t = manifest["totals"]
+    assert (t["input_rows"], t["records"], t["rejected"]) == (case.expect.rows, case.expect.records,
+                                                              case.expect.rejects)
+    assert t["input_rows"] == t["records"] + t["rejected"]
+
+
+# ----------------------------------------------------------------------------- output location
+def _input_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "data.csv").write_bytes(hostile_corpus.csv_rows(20))
+    return d
+
+
+@pytest.mark.parametrize("layout", ["output is the input file", "output is the input's directory",
+                                    "output holds the glob's files", "output inside the input directory",
+                                    "output is a symlink to the input's directory"])
+def test_output_overlapping_the_input_is_refused_before_anything_is_touched(layout, engine, session, tmp_path):
+    d = _input_dir(tmp_path)
+    before = (d / "data.csv").read_bytes()
+    inp, out = {
+        "output is the input file": (d / "data.csv", d / "data.csv"),
+        "output is the input's directory": (d / "data.csv", d),
+        "output holds the glob's files": (f"{d}/*.csv", d),
+        "output inside the input directory": (d, d / "out"),
+        "output is a symlink to the input's directory": (d / "data.csv", tmp_path / "link"),
+    }[layout]
+    if layout.endswith("symlink to the input's directory"):
+        os.symlink(d, tmp_path / "link")
+    schema = _schema_file(tmp_path, hostile_corpus.SCHEMA)
+    with pytest.raises(output.OutputOverlapsInput, match="input"):
+        convert(engine, session, str(inp), "csv", schema, str(out), overwrite=True)
+    assert (d / "data.csv").read_bytes() == before
+    assert sorted(p.name for p in d.iterdir()) == ["data.csv"]
+
+
+def test_overwrite_replaces_only_what_a_conversion_wrote(engine, session, tmp_path):
+    d = _input_dir(tmp_path)
+    schema = _schema_file(tmp_path, hostile_corpus.SCHEMA)
+    out = tmp_path / "out"
+    convert(engine, session, str(d), "csv", schema, str(out))
+    first = sorted(p.name for p in out.iterdir())
+    assert output.SUCCESS in first
+    manifest = convert(engine, session, str(d), "csv", schema, str(out), overwrite=True)  # a rerun: allowed
+    assert manifest["totals"]["records"] == 20
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        convert(engine, session, str(d), "csv", schema, str(out), overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / output.SUCCESS).exists()
+
+
+@pytest.mark.parametrize("cli_engine", ["spark", "beam"])
+def test_cli_refuses_overwrite_of_the_input_with_exit_2(cli_engine, tmp_path):
+    d = _input_dir(tmp_path)
+    schema = _schema_file(tmp_path, hostile_corpus.SCHEMA)
+    args = ["convert", "--engine", cli_engine, "--input", str(d / "data.csv"), "--format", "csv",
+            "--schema", schema, "--output", str(d), "--overwrite"]
+    if cli_engine == "beam":
+        args.append("--engine-arg=--runner=FnApiRunner")
+    else:
+        args += ["--master", "local[1]"]
+    proc = tfrecord_io_cli(*args, check=False, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"output {d} contains the input" in proc.stderr, proc.stderr[-3000:]
+    assert (d / "data.csv").read_bytes() == hostile_corpus.csv_rows(20)
+
+
+def test_overlap_rules_hold_on_hdfs(hdfs, tmp_path):
+    base = hdfs.uri(f"/overlap/{tmp_path.name}")
+    with fs.open(f"{base}/d/data.csv", "wb") as f:
+        f.write(hostile_corpus.csv_rows(3))
+    other_form = base.replace(hdfs.namenode_uri, "hdfs://localhost:" + hdfs.namenode_uri.rsplit(":", 1)[1])
+    listed = [f"{base}/d/data.csv"]  # what the engines list from each input
+    for out, given in ((f"{base}/d", [f"{base}/d/data.csv"]), (f"{other_form}/d/", [f"{base}/d/*.csv"]),
+                       (f"{base}/d/out", [f"{base}/d"])):
+        with pytest.raises(output.OutputOverlapsInput):
+            output.prepare_output(out, overwrite=True, inputs=given, input_paths=listed)
+    assert fs.exists(f"{base}/d/data.csv")
+    output.prepare_output(f"{base}/out", overwrite=True, inputs=[f"{base}/d"])  # apart: fine
+    with fs.open(f"{base}/out/keep.txt", "wb") as f:
+        f.write(b"x")
+    with pytest.raises(FileExistsError, match="keep.txt"):
+        output.prepare_output(f"{base}/out", overwrite=True, inputs=[f"{base}/d"])
+    assert fs.exists(f"{base}/out/keep.txt")
