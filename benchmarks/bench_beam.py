@@ -112,7 +112,7 @@ def run_ours(csv_path: str, out_dir: str, beam_args: list[str]) -> tuple[float, 
 
     from tfrecord_io import beam as tbeam
 
-    conv = tbeam.Conversion(input=csv_path, input_format="csv", schema=SCHEMA, output=out_dir)
+    conv = tbeam.ConversionOptions(inputs=csv_path, input_format="csv", schema=SCHEMA, output=out_dir)
     t0 = time.perf_counter()
     result = tbeam.run_conversion(conv, PipelineOptions(beam_args))
     return time.perf_counter() - t0, result.runner

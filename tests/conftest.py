@@ -74,6 +74,35 @@ def tfrecord_io_cli(*args: str, check: bool = True, timeout: float = 600, **kw) 
     return proc
 
 
+def convert(engine: str, spark, inp: str, fmt: str, schema: str, out: str, **kw) -> dict:
+    """Run one engine in this process; return the manifest (raises what the engine raises)."""
+    if engine == "spark":
+        from tfrecord_io.spark import ConversionOptions, run_conversion
+
+        return run_conversion(spark, ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out,
+                                                       max_reject_fraction=1.0, **kw))
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io import beam as tbeam
+
+    conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, max_reject_fraction=1.0,
+                                   **kw)
+    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
+    assert result.runner == "FnApiRunner", result.runner
+    return result.manifest
+
+
+@pytest.fixture(params=["spark", "beam"])
+def engine(request):
+    """Each engine in turn (with ``session``: the SparkSession for Spark, None for Beam)."""
+    return request.param
+
+
+@pytest.fixture
+def session(engine, request):
+    return request.getfixturevalue("spark") if engine == "spark" else None
+
+
 @pytest.fixture(scope="session")
 def submit():
     """The spark-submit helper as a fixture (``submit([script, args...])``)."""

@@ -18,9 +18,8 @@ import pytest
 import yaml
 
 import hostile_corpus
-from conftest import tfrecord_io_cli
+from conftest import convert, tfrecord_io_cli
 from tfrecord_io import fs, output
-from tfrecord_io.schema import Schema
 
 CASES = hostile_corpus.all_cases()
 
@@ -29,34 +28,6 @@ def _schema_file(tmp_path: Path, schema: dict) -> str:
     path = tmp_path / "schema.yaml"
     path.write_text(yaml.safe_dump(schema))
     return str(path)
-
-
-def convert(engine: str, spark, inp: str, fmt: str, schema: str, out: str, **kw) -> dict:
-    """Run one engine in this process; return the manifest (raises what the engine raises)."""
-    if engine == "spark":
-        from tfrecord_io.spark import ConversionOptions, run_conversion
-
-        return run_conversion(spark, ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out,
-                                                       max_reject_fraction=1.0, **kw))
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from tfrecord_io import beam as tbeam
-
-    conv = tbeam.Conversion(input=inp, input_format=fmt, schema=Schema.load(schema), output=out,
-                            max_reject_fraction=1.0, **kw)
-    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
-    assert result.runner == "FnApiRunner", result.runner
-    return result.manifest
-
-
-@pytest.fixture(params=["spark", "beam"])
-def engine(request):
-    return request.param
-
-
-@pytest.fixture
-def session(engine, request):
-    return request.getfixturevalue("spark") if engine == "spark" else None
 
 
 def _nothing_committed(out: Path) -> None:

@@ -29,7 +29,7 @@ import pytest
 
 from conftest import REPO, VENV_BIN, spark_submit
 from tfrecord_io import fs, output
-from tfrecord_io.schema import Schema
+from tfrecord_io.schema import Schema, SchemaError
 from tfrecord_io.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
                                run_conversion)
 
@@ -606,8 +606,11 @@ def test_csv_header_matched_by_name_and_default_shard_count(spark, tmp_path):
             w.writerow([";".join(map(repr, r["vec"])), "zzz", r["name"] or "", r["id"],
                         "" if r["score"] is None else r["score"]])
     size = sum(p.stat().st_size for p in tmp_path.glob("*.csv"))
-    out, manifest = _convert(spark, tmp_path, [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")],
-                             bytes_per_shard=1000)
+    both = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    with pytest.raises(SchemaError, match="feature 'tags' is not a column of .*b.csv; column 'extra'"):
+        _convert(spark, tmp_path, both)  # b.csv lacks a feature and has a column no feature reads
+    out, manifest = _convert(spark, tmp_path, both, bytes_per_shard=1000, allow_missing_columns=True,
+                             ignore_extra_columns=True)
     assert len(manifest["files"]) == -(-size // 1000)
     want = expected_values(rows[:20]) | {k: v[:2] + ([],) + v[3:] for k, v in expected_values(rows[20:]).items()}
     assert read_back(sorted(out.glob("part-*"))) == want
@@ -779,22 +782,24 @@ def _spool():
     return _RejectSpool()
 
 
-def test_convert_arguments_and_beam_argv():
+def test_one_set_of_options_for_every_entry_point():
     import argparse
 
     from tfrecord_io import convert
+    from tfrecord_io import options as opts
 
     parser = argparse.ArgumentParser()
     convert.configure(parser)
-    args = parser.parse_args(["--engine", "beam", "--input", "a.csv,b.csv", "--format", "csv", "--schema", "s.yaml",
-                              "--output", "hdfs://nn:1/out", "--compression", "gzip", "--num-shards", "4",
-                              "--max-steps", "50", "--engine-arg=--runner=FnApiRunner"])
-    assert convert.beam_argv(args) == ["--input", "a.csv,b.csv", "--format", "csv", "--schema", "s.yaml",
-                                       "--output", "hdfs://nn:1/out", "--compression", "gzip", "--num-shards", "4",
-                                       "--max-steps", "50", "--runner=FnApiRunner"]
-    opts = convert.options_from_args(parser.parse_args(["--input", "a.csv, hdfs://nn:1/d/*.csv", "--format", "json",
-                                                        "--schema", "s.yaml", "--output", "out/"]))
-    assert opts.inputs == (os.path.abspath("a.csv"), "hdfs://nn:1/d/*.csv")
-    assert opts.output == os.path.abspath("out") and opts.max_reject_fraction == output.DEFAULT_MAX_REJECT_FRACTION
+    args = parser.parse_args(["--engine", "beam", "--input", "a.csv, hdfs://nn:1/d/*.csv", "--format", "json",
+                              "--schema", "s.yaml", "--output", "out/", "--num-shards", "4", "--max-steps", "50",
+                              "--allow-missing-columns", "--engine-arg=--runner=FnApiRunner"])
+    o = opts.from_args(args)
+    assert o.inputs == (os.path.abspath("a.csv"), "hdfs://nn:1/d/*.csv")
+    assert o.output == os.path.abspath("out") and o.max_reject_fraction == output.DEFAULT_MAX_REJECT_FRACTION
+    assert (o.num_shards, o.max_steps, o.allow_missing_columns, o.ignore_extra_columns) == (4, 50, True, False)
+    assert args.engine_arg == ["--runner=FnApiRunner"]
+    with pytest.raises(ValueError, match="--num-shards must be a positive integer, got 0"):
+        ConversionOptions(inputs="a", input_format="csv", schema="s", output="o", num_shards=0)
+    assert opts.default_num_shards(10**15) == opts.MAX_AUTO_SHARDS == 1000
     with pytest.raises(ValueError, match="max-reject-fraction"):
         ConversionOptions(inputs="a", input_format="csv", schema="s", output="o", max_reject_fraction=1.5)

@@ -3,8 +3,9 @@
 Same contract as the Spark job (``tfrecord_io.output``): the same schema, parser
 (:mod:`tfrecord_io.csv_arrow`), encoder (:mod:`tfrecord_io.codec`) and output layout
 (``part-*``, ``_rejects/``, ``_manifest.json``, ``_SUCCESS`` last), the same reject threshold
-and the same refusal to overwrite.  Entry points: :func:`run_conversion` (library) and
-``python -m pipelines.to_tfrecord`` (command line).
+and the same refusal to overwrite.  Entry points: :func:`run_conversion` (library, with
+:class:`tfrecord_io.options.ConversionOptions`) and ``python -m tfrecord_io.beam`` (command line;
+``pipelines/to_tfrecord.py`` is the same).
 
 Pipeline (Example records)::
 
@@ -102,22 +103,19 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io import csv_arrow, fs, inputs, output
+from tfrecord_io import columns, csv_arrow, fs, inputs, output
 from tfrecord_io.codec import encode_examples, encode_sequence_examples, row_errors
-from tfrecord_io.framing import normalize_compression
+from tfrecord_io.options import ConversionError, ConversionOptions, default_num_shards
 from tfrecord_io.schema import Schema
 
 __all__ = [
-    "BeamFiles", "Conversion", "ConversionResult", "DEFAULT_MAX_STEPS", "METRICS_NAMESPACE",
-    "auto_num_shards", "build_pipeline", "run_conversion", "runner_that_ran",
+    "BeamFiles", "ConversionOptions", "ConversionResult", "METRICS_NAMESPACE", "build_pipeline", "main",
+    "run_conversion", "runner_that_ran",
 ]
 
 log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "tfrecord_io"
-DEFAULT_MAX_STEPS = 10_000  # the Spark job's default
-TARGET_SHARD_BYTES = 128 * 1024 * 1024  # input bytes per shard when --num-shards is not given (as Spark)
-MAX_AUTO_SHARDS = 1000
 _GROUP_FLUSH_ROWS = 65_536  # rows of built groups buffered before one encode call
 _GROUP_FLUSH_GROUPS = 4_096
 
@@ -235,59 +233,14 @@ def _webhdfs_address_from_conf() -> tuple[str, int] | None:
 # What the driver decides before the pipeline runs
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Conversion:
-    """One conversion: the command line's options, resolved.  Picklable (workers get a copy)."""
-
-    input: str  # one URI, or several separated by commas (files, directories or globs)
-    input_format: str
-    schema: Schema
-    output: str
-    compression: str = "none"
-    num_shards: int | None = None  # None (or 0): from the input size (TARGET_SHARD_BYTES per shard)
-    overwrite: bool = False
-    max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
-    multiline: bool = False
-    max_steps: int = DEFAULT_MAX_STEPS
-    block_size: int = csv_arrow.DEFAULT_BLOCK_SIZE
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return tuple(_absolute(p.strip()) for p in self.input.split(",") if p.strip())
-
-    def __post_init__(self):
-        if not self.inputs:
-            raise ValueError("no input given (--input URI[,URI...])")
-        object.__setattr__(self, "output", _absolute(self.output.strip().rstrip("/") or "/"))
-        if self.input_format not in csv_arrow.FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(csv_arrow.FORMATS)}, got {self.input_format!r}")
-        object.__setattr__(self, "compression", normalize_compression(self.compression))
-        if self.num_shards is not None and self.num_shards < 0:
-            raise ValueError(f"--num-shards must be a positive integer, got {self.num_shards}")
-        if not 0.0 <= self.max_reject_fraction <= 1.0:
-            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {self.max_reject_fraction}")
-        if self.max_steps < 1:
-            raise ValueError(f"--max-steps must be a positive integer, got {self.max_steps}")
-        if self.block_size < 1024:
-            raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size}")
-
-
-def _absolute(uri: str) -> str:
-    """Local paths made absolute (workers need not share the driver's working directory)."""
-    return uri if "://" in uri or uri.startswith("file:") else os.path.abspath(uri)
-
-
-@dataclass(frozen=True)
 class _Job:
     """What every transform needs (picklable): the conversion, the run id, the filesystems."""
 
-    conv: Conversion
+    conv: ConversionOptions
+    schema: Schema
     run_id: str
     num_shards: int
     files: BeamFiles
-
-    @property
-    def schema(self) -> Schema:
-        return self.conv.schema
 
     def attempt(self) -> str:
         return f"beam-{self.run_id}-{uuid.uuid4().hex[:12]}"
@@ -295,11 +248,6 @@ class _Job:
     @property
     def report_path(self) -> str:
         return fs.join(self.conv.output, output.TEMPORARY, f"beam-{self.run_id}.report.json")
-
-
-def auto_num_shards(total_bytes: int) -> int:
-    """Shards for ``total_bytes`` of input: one per TARGET_SHARD_BYTES, at least 1."""
-    return max(1, min(MAX_AUTO_SHARDS, math.ceil(total_bytes / TARGET_SHARD_BYTES)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -721,38 +669,52 @@ def _hdfs_identity(user: str | None):
         os.environ.pop("HADOOP_USER_NAME", None)
 
 
-def run_conversion(conv: Conversion, options: PipelineOptions | None = None) -> ConversionResult:
+def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = None) -> ConversionResult:
     """Run the conversion on the runner in ``options`` and commit its output.
 
-    Raises ``FileExistsError`` (output not empty, no ``overwrite``), ``FileNotFoundError``
-    (no input), ``ValueError`` (bad settings, or a file-level input problem) and
-    :class:`tfrecord_io.output.RejectLimitExceeded` (nothing committed; the rejects stay
-    under ``_temporary``).  Pipeline failures propagate as the runner raises them.
+    Raises, before the pipeline starts: ``SchemaError`` (a bad schema, or features that do not
+    match the input's columns), ``FileExistsError`` (output not empty without ``overwrite``, or
+    overlapping an input), ``FileNotFoundError`` (no input) and ``ValueError`` (a file-level
+    input problem found on the driver); then :class:`~tfrecord_io.options.ConversionError`
+    when the pipeline fails (a worker's error, e.g. a truncated input, in its message) and
+    :class:`tfrecord_io.output.RejectLimitExceeded` (nothing committed; the rejects stay under
+    ``_temporary``).
     """
     started = time.monotonic()
     options = options or PipelineOptions([])
+    schema = conv.load_schema()
     files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
     with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
-        sources = [(f.path, f.size) for f in inputs.list_inputs(conv.inputs)]
-        num_shards = conv.num_shards or auto_num_shards(sum(size for _, size in sources))
+        listed = inputs.list_inputs(conv.inputs)
+        sources = [(f.path, f.size) for f in listed]
+        num_shards = conv.num_shards or default_num_shards(sum(size for _, size in sources), conv.bytes_per_shard)
+        found = columns.input_columns([f.path for f in listed], schema, conv.input_format, conv.multiline)
+        columns.check_columns(schema, found, input_format=conv.input_format, allow_missing=conv.allow_missing_columns,
+                              ignore_extra=conv.ignore_extra_columns, schema_name=conv.schema_name)
         output.prepare_output(conv.output, overwrite=conv.overwrite, inputs=conv.inputs,
                               input_paths=[path for path, _ in sources])
         if not files.exists(conv.output):
             raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
                              f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
-        job = _Job(conv, uuid.uuid4().hex[:12], num_shards, files)
+        job = _Job(conv, schema, uuid.uuid4().hex[:12], num_shards, files)
         p = beam.Pipeline(options=options)
         build_pipeline(p, job, sources)
-        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(sources), conv.input,
+        where = ",".join(conv.inputs)
+        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(sources), where,
                  num_shards, conv.output)
         try:
             result = p.run()
             state = result.wait_until_finish()
             if str(state).rsplit(".", 1)[-1] != "DONE":
-                raise RuntimeError(f"the pipeline ended in state {state} on {runner_that_ran(result)}; "
-                                   f"nothing was committed")
-        except BaseException:
+                raise ConversionError(f"the pipeline ended in state {state} on {runner_that_ran(result)}; "
+                                      f"nothing was committed")
+        except Exception as e:
             _discard_temporary(conv.output)  # partial attempts of a failed run are of no use
+            if isinstance(e, ConversionError):
+                raise
+            raise ConversionError(f"conversion of {where} to {conv.output} failed: {_worker_error(e)}") from e
+        except BaseException:
+            _discard_temporary(conv.output)
             raise
         runner = runner_that_ran(result)
         requested = options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER
@@ -766,6 +728,16 @@ def run_conversion(conv: Conversion, options: PipelineOptions | None = None) -> 
             raise
         result.seconds = round(time.monotonic() - started, 3)
         return result
+
+
+def _worker_error(e: BaseException) -> str:
+    """The worker's own exception line from a runner's error (which wraps it in its traceback)."""
+    import re
+
+    text = str(e)
+    found = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)\b:.*)$", text, flags=re.M)
+    ours = [line.strip() for line in found if not line.strip().startswith(("RuntimeError: Pipeline",))]
+    return ours[-1] if ours else f"{type(e).__name__}: {text.strip().splitlines()[-1] if text.strip() else ''}"
 
 
 def _discard_temporary(out: str) -> None:
@@ -809,8 +781,21 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
                                  compression=conv.compression, engine="beam",
                                  max_reject_fraction=conv.max_reject_fraction)
     except output.RejectLimitExceeded:
-        log.error("beam conversion %s -> %s FAILED on %s: %s", conv.input, conv.output, ran, summary)
+        log.error("beam conversion %s -> %s FAILED on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
         raise
-    log.info("beam conversion %s -> %s done on %s: %s", conv.input, conv.output, ran, summary)
+    log.info("beam conversion %s -> %s done on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
     by_file = {d["path"]: d["rows"] for d in report if d["kind"] == "input"}
     return ConversionResult(conv.output, totals, runner, manifest, counters, requested, by_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tfrecord_io.beam``: see :func:`tfrecord_io.convert.beam_main`."""
+    from tfrecord_io.convert import beam_main
+
+    return beam_main(argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

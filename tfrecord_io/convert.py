@@ -1,71 +1,52 @@
-"""``tfrecord-io convert``: CSV/JSON to TFRecords with Spark (default) or Beam.
+"""Running a conversion from a command line, for every engine and entry point.
 
-``--engine spark`` runs the Spark job *in this process*: it starts a SparkSession (``--master``;
-without it ``spark.master`` from spark-defaults.conf, else ``local[*]``; plus any ``--conf
-KEY=VALUE``) and calls :func:`tfrecord_io.spark.run_conversion`, the same function
-``spark-submit jobs/to_tfrecord.py`` runs.  For a non-local master the ``tfrecord_io`` package
-is zipped and shipped to the executors with ``SparkContext.addPyFile``.  Use ``spark-submit jobs/to_tfrecord.py`` instead when a cluster
-needs spark-submit's own options (deploy mode, YARN queues, ...).
+Entry points, all with the flags of :func:`tfrecord_io.options.add_arguments`:
 
-``--engine beam`` hands the same arguments to the Beam pipeline's ``main(argv)``
-(``pipelines/to_tfrecord.py``; Beam options go after ``--engine-arg``).
+* ``tfrecord-io convert --engine spark|beam ...`` (:func:`configure` / :func:`run`);
+* ``spark-submit jobs/to_tfrecord.py ...`` (:func:`spark_job_main`);
+* ``python -m tfrecord_io.beam ...`` and ``python -m pipelines.to_tfrecord ...``
+  (:func:`beam_main`); flags it does not know are Beam pipeline options.
 
-Exit status: 0 done; 1 the conversion failed; 2 bad arguments or schema, or an existing output
-without ``--overwrite``; 3 more rows were rejected than ``--max-reject-fraction`` allows (nothing
-committed, no ``_SUCCESS``).
+:func:`execute` is the one place that turns an outcome into an exit status:
 
-This module stays import-light: ``configure`` touches neither Spark nor TensorFlow.
+====  ===========================================================================================
+0     done: ``_SUCCESS`` written; a summary line on stderr and ``{"event": "tfrecord-io-done",
+      ...}`` on stdout
+1     the conversion started and failed (a task or worker error, the commit)
+2     bad usage: arguments, the schema (or its features against the input's columns), an input
+      that cannot be found or read, an output that exists or overlaps an input
+3     more rows were rejected than ``--max-reject-fraction`` allows (nothing committed)
+====  ===========================================================================================
+
+Errors are one line (``tfrecord-io: error: ...``) naming the file and what to do; ``--debug``
+adds the traceback.  Arguments, the schema and the inputs are checked before an engine starts
+(no JVM for a misspelled path).
+
+``--engine spark`` runs the job *in this process*: a SparkSession (``--master``; without it
+``spark.master`` from spark-defaults.conf, else ``local[*]``; plus any ``--conf KEY=VALUE``),
+then :func:`tfrecord_io.spark.run_conversion`.  For a non-local master the ``tfrecord_io``
+package is zipped and shipped to the executors with ``SparkContext.addPyFile``.  Use
+``spark-submit jobs/to_tfrecord.py`` when a cluster needs spark-submit's own options.
+``--engine beam`` runs :func:`tfrecord_io.beam.run_conversion` with the Beam options given
+after ``--engine-arg``.
+
+This module stays import-light: ``configure`` touches neither Spark, Beam nor TensorFlow.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import traceback
+from typing import Callable
+
+from tfrecord_io import options as opts
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REJECTS = 0, 1, 2, 3
-# For --help only (configure must not import the engine modules); the value used is
-# tfrecord_io.output.DEFAULT_MAX_REJECT_FRACTION, and a test checks the two agree.
-DEFAULT_MAX_REJECT_FRACTION = 0.01
-
-
-def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job's options, shared by ``jobs/to_tfrecord.py`` and ``tfrecord-io convert``."""
-    parser.add_argument("--input", required=True, metavar="URI[,URI...]",
-                        help="input files, directories or globs: local paths, file:// or hdfs://")
-    parser.add_argument("--format", required=True, choices=("csv", "json"), dest="input_format",
-                        help="csv, or json (JSON Lines; whole-file JSON with --multiline)")
-    parser.add_argument("--schema", required=True, metavar="PATH_OR_URI", help="the YAML schema")
-    parser.add_argument("--output", required=True, metavar="URI", help="output directory")
-    parser.add_argument("--record-type", choices=("example", "sequence_example"), default=None,
-                        help="must match the schema's record_type (default: the schema's)")
-    parser.add_argument("--compression", choices=("none", "gzip", "zlib"), default="none",
-                        help="TFRecord compression (default: none)")
-    parser.add_argument("--num-shards", type=int, default=None, metavar="N",
-                        help="number of output files (default: one per 128 MiB of input, at least 1)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output")
-    parser.add_argument("--max-reject-fraction", type=float, default=None, metavar="F",
-                        help=f"fail (nothing committed) when rejected/input rows exceeds F "
-                             f"(default: {DEFAULT_MAX_REJECT_FRACTION}, i.e. 1%%)")
-    parser.add_argument("--multiline", action="store_true",
-                        help="records may span lines: whole-file JSON documents, or CSV with line breaks "
-                             "inside quoted fields (each file is then read by one task)")
-    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
-                        help="sequence_example: split groups longer than N rows into consecutive records "
-                             "(default: 10000)")
-
-
-def options_from_args(args: argparse.Namespace):
-    """A :class:`tfrecord_io.spark.ConversionOptions` from parsed arguments."""
-    from tfrecord_io.spark import ConversionOptions
-
-    optional = {"max_reject_fraction": args.max_reject_fraction, "max_steps": args.max_steps}
-    return ConversionOptions(
-        inputs=args.input, input_format=args.input_format, schema=args.schema, output=args.output,
-        record_type=args.record_type, compression=args.compression, num_shards=args.num_shards,
-        overwrite=args.overwrite, multiline=args.multiline,
-        **{k: v for k, v in optional.items() if v is not None})
+DEFAULT_MAX_REJECT_FRACTION = opts.DEFAULT_MAX_REJECT_FRACTION
 
 
 def summary(manifest: dict) -> str:
@@ -75,109 +56,169 @@ def summary(manifest: dict) -> str:
             f"{len(manifest['files'])} files; {t['rejected']} of {t['input_rows']} input rows rejected")
 
 
-def run_job(spark, args: argparse.Namespace) -> int:
-    """Run the Spark job for parsed arguments; print the outcome; return the exit status."""
+def exit_status(e: BaseException) -> int:
+    """The exit status for an exception raised by a conversion (see the module doc)."""
     from tfrecord_io.output import RejectLimitExceeded
-    from tfrecord_io.schema import SchemaError
-    from tfrecord_io.spark import run_conversion
 
-    try:
-        options = options_from_args(args)
-    except ValueError as e:
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        manifest = run_conversion(spark, options)
-    except RejectLimitExceeded as e:
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
+    if isinstance(e, RejectLimitExceeded):
         return EXIT_REJECTS
-    except (SchemaError, FileExistsError, FileNotFoundError, ValueError) as e:
-        # Raised before the Spark job starts (failures inside it are ConversionErrors): bad
-        # arguments, schema, input or output location.
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as e:  # noqa: BLE001 - reported, with its cause, as the job's failure
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
+    if isinstance(e, opts.ConversionError):
         return EXIT_FAILED
+    if isinstance(e, (ValueError, TypeError, FileExistsError, FileNotFoundError, PermissionError,
+                      IsADirectoryError, NotADirectoryError)):
+        return EXIT_USAGE  # SchemaError and ColumnMismatch are ValueErrors
+    return EXIT_FAILED
+
+
+def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[dict], dict] | None = None) -> int:
+    """Run ``work`` (a conversion returning its manifest), report the outcome, return the exit status."""
+    try:
+        manifest = work()
+    except KeyboardInterrupt:
+        print("tfrecord-io: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every outcome is reported as one line and an exit status
+        if debug:
+            traceback.print_exc()
+        print(f"tfrecord-io: error: {e}", file=sys.stderr)
+        return exit_status(e)
     print(summary(manifest), file=sys.stderr)
-    print(json.dumps({"event": "tfrecord-io-done", "output": options.output, "totals": manifest["totals"],
-                      "files": len(manifest["files"]), "seconds": manifest["job"]["seconds"]}))
+    print(json.dumps({"event": "tfrecord-io-done", **(done(manifest) if done else {}),
+                      "totals": manifest["totals"], "files": len(manifest["files"])}))
     return EXIT_OK
 
 
+def preflight(options: opts.ConversionOptions) -> None:
+    """What can be checked before an engine starts: the schema and that the inputs exist."""
+    from tfrecord_io import inputs
+
+    options.load_schema()
+    inputs.list_inputs(options.inputs)
+
+
+def _options(args: argparse.Namespace) -> opts.ConversionOptions:
+    return opts.from_args(args)
+
+
+# ------------------------------------------------------------------------------------ Spark
+def run_spark(spark, options: opts.ConversionOptions, *, debug: bool = False) -> int:
+    """The Spark job on an existing session (what spark-submit and ``convert`` run)."""
+    from tfrecord_io.spark import run_conversion
+
+    return execute(lambda: run_conversion(spark, options), debug=debug,
+                   done=lambda m: {"engine": "spark", "output": options.output, "seconds": m["job"]["seconds"]})
+
+
+def spark_job_main(argv: list[str] | None = None) -> int:
+    """``spark-submit jobs/to_tfrecord.py``: parse, check, then start the session and run."""
+    parser = argparse.ArgumentParser(prog="to_tfrecord.py",
+                                     description="Convert CSV or JSON (local or HDFS) into TFRecords with Spark.")
+    opts.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    code = execute_checked(args)
+    if code is not None:
+        return code
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("tfrecord-io to_tfrecord").getOrCreate()
+    try:
+        return run_spark(spark, _options(args), debug=args.debug)
+    finally:
+        spark.stop()
+
+
+def execute_checked(args: argparse.Namespace) -> int | None:
+    """None when the arguments, schema and inputs are fine; else the exit status (reported)."""
+    try:
+        preflight(_options(args))
+    except Exception as e:  # noqa: BLE001 - reported like any outcome
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"tfrecord-io: error: {e}", file=sys.stderr)
+        return exit_status(e)
+    return None
+
+
+# ------------------------------------------------------------------------------------- Beam
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tfrecord_io").setLevel(logging.INFO)
+
+
+def run_beam(options: opts.ConversionOptions, beam_args: list[str], *, debug: bool = False) -> int:
+    """The Beam pipeline with ``beam_args`` as pipeline options (``--runner=...``, ``--hdfs_host=...``)."""
+    _configure_logging()
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io import beam as tbeam
+
+    ran = {}
+
+    def work():
+        result = tbeam.run_conversion(options, PipelineOptions(beam_args))
+        ran.update(runner=result.runner, seconds=result.seconds)
+        return result.manifest
+
+    return execute(work, debug=debug, done=lambda m: {"engine": "beam", "output": options.output, **ran})
+
+
+def beam_main(argv: list[str] | None = None) -> int:
+    """``python -m tfrecord_io.beam`` (and ``pipelines/to_tfrecord.py``): unknown flags go to Beam."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tfrecord_io.beam",
+        description="Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
+                    "Options it does not know are passed to Beam as pipeline options (--runner, ...).")
+    opts.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    try:
+        args, beam_args = parser.parse_known_args(argv)
+    except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
+        return int(e.code or 0)
+    code = execute_checked(args)
+    if code is not None:
+        return code
+    return run_beam(_options(args), beam_args, debug=args.debug)
+
+
+# ------------------------------------------------------------------------ tfrecord-io convert
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("spark", "beam"), default="spark",
-                        help="spark (default; runs in this process) or beam (pipelines/to_tfrecord.py)")
-    add_job_arguments(parser)
+                        help="spark (default; runs in this process) or beam")
+    opts.add_arguments(parser)
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark.master from spark-defaults.conf, else local[*])")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark configuration setting (repeatable)")
     parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                        help="an extra argument for the Beam pipeline, e.g. --engine-arg=--runner=DirectRunner "
-                             "(repeatable)")
+                        help="a Beam pipeline option, e.g. --engine-arg=--runner=FnApiRunner (repeatable)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def beam_argv(args: argparse.Namespace) -> list[str]:
-    """The job's arguments as a command line for the Beam pipeline."""
-    argv = ["--input", args.input, "--format", args.input_format, "--schema", args.schema,
-            "--output", args.output, "--compression", args.compression]
-    if args.record_type:
-        argv += ["--record-type", args.record_type]
-    if args.num_shards is not None:
-        argv += ["--num-shards", str(args.num_shards)]
-    if args.overwrite:
-        argv.append("--overwrite")
-    if args.max_reject_fraction is not None:
-        argv += ["--max-reject-fraction", repr(args.max_reject_fraction)]
-    if args.multiline:
-        argv.append("--multiline")
-    if args.max_steps is not None:
-        argv += ["--max-steps", str(args.max_steps)]
-    return argv + list(args.engine_arg)
-
-
-def _beam_main():
-    """``pipelines.to_tfrecord.main``: importable from sys.path, or from the source checkout."""
-    try:
-        from pipelines.to_tfrecord import main
-        return main
-    except ImportError:
-        pass
-    import importlib.util
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(here, "pipelines", "to_tfrecord.py")
-    if not os.path.isfile(path):
-        return None
-    spec = importlib.util.spec_from_file_location("pipelines.to_tfrecord", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, "main", None)
+def _usage(message: str) -> int:
+    print(f"tfrecord-io: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def run(args: argparse.Namespace) -> int:
     if args.engine == "beam":
         if args.master or args.conf:
-            print("tfrecord-io: error: --master/--conf are Spark options; pass Beam options with --engine-arg",
-                  file=sys.stderr)
-            return EXIT_USAGE
-        main = _beam_main()
-        if main is None:
-            print("tfrecord-io: error: the Beam pipeline (pipelines/to_tfrecord.py with main(argv)) is not "
-                  "importable; run from the source checkout or put it on PYTHONPATH", file=sys.stderr)
-            return EXIT_USAGE
-        return int(main(beam_argv(args)) or 0)
-    if args.engine_arg:
-        print("tfrecord-io: error: --engine-arg is for --engine beam; use --conf for Spark", file=sys.stderr)
-        return EXIT_USAGE
+            return _usage("--master/--conf are Spark options; pass Beam options with --engine-arg")
+    elif args.engine_arg:
+        return _usage("--engine-arg is for --engine beam; use --conf for Spark")
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            print(f"tfrecord-io: error: --conf expects KEY=VALUE, got {item!r}", file=sys.stderr)
-            return EXIT_USAGE
+            return _usage(f"--conf expects KEY=VALUE, got {item!r}")
         conf[key.strip()] = value
+    code = execute_checked(args)
+    if code is not None:
+        return code
+    options = _options(args)
+    if args.engine == "beam":
+        return run_beam(options, list(args.engine_arg), debug=args.debug)
     # Executors in local mode start this interpreter (which has pyarrow, numpy, ...).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf
@@ -196,6 +237,6 @@ def run(args: argparse.Namespace) -> int:
 
             from tfrecord_io.spark import package_zip
             spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp(prefix="tfrecord-io-")))
-        return run_job(spark, args)
+        return run_spark(spark, options, debug=args.debug)
     finally:
         spark.stop()

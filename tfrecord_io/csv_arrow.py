@@ -76,6 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.codec import row_errors
+from tfrecord_io.options import DEFAULT_BLOCK_SIZE
 from tfrecord_io.schema import Feature, Schema
 
 __all__ = [
@@ -84,7 +85,6 @@ __all__ = [
 ]
 
 FORMATS = ("csv", "json")
-DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 _MAX_HEADER_BYTES = 1024 * 1024
 _SHOW = 60  # characters of a bad value shown in a reason
 _CAST_CHUNK = 1024  # bad cells are located by casting chunks of this many cells, then halving

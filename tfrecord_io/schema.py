@@ -66,6 +66,10 @@ class Feature:
     default: what the loader fills in when the feature is missing (scalar, or list for ``(k,)``).
     required: a null or missing value makes the input row a reject.
     separator: CSV only; how one cell holds a list (``"a|b|c"``).
+    allow_missing: input files may lack this column altogether (schema evolution: older files
+        written before it existed); it is then null in their rows.  Without it (the default) a
+        feature that an input file's header (or the JSON keys, or the DataFrame) does not
+        provide fails the conversion before it starts -- usually a misspelled name.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Feature:
     default: Any = None
     required: bool = False
     separator: str | None = None
+    allow_missing: bool = False
 
     def __post_init__(self) -> None:
         where = f"feature {self.name!r}"
@@ -94,6 +99,8 @@ class Feature:
                               f"and must be a non-empty string; got {self.separator!r}")
         if not isinstance(self.required, bool):
             raise SchemaError(f"{where}: required must be true or false, got {self.required!r}")
+        if not isinstance(self.allow_missing, bool):
+            raise SchemaError(f"{where}: allow_missing must be true or false, got {self.allow_missing!r}")
         if self.default is not None:
             object.__setattr__(self, "default", self._check_default(self.default))
 
@@ -173,12 +180,15 @@ class Feature:
             out["required"] = True
         if self.separator is not None:
             out["separator"] = self.separator
+        if self.allow_missing:
+            out["allow_missing"] = True
         return out
 
 
 _FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)}
 _CSV_KEYS = {f.name for f in dataclasses.fields(CsvOptions)}
-_TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence"}
+_TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence",
+             "ignore_columns"}
 
 
 def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
@@ -222,6 +232,7 @@ class Schema:
     order_by: str | None = None
     context: tuple[Feature, ...] = ()
     sequence: tuple[Feature, ...] = ()
+    ignore_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.record_type not in RECORD_TYPES:
@@ -251,6 +262,12 @@ class Schema:
             seen.add(f.name)
         if self.label is not None and self.label not in seen:
             raise SchemaError(f"label {self.label!r} names no feature; features: {sorted(seen)}")
+        if isinstance(self.ignore_columns, str) or not all(isinstance(c, str) for c in self.ignore_columns):
+            raise SchemaError(f"ignore_columns must be a list of column names, got {self.ignore_columns!r}")
+        object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
+        both = sorted(seen & set(self.ignore_columns))
+        if both:
+            raise SchemaError(f"ignore_columns names feature(s) {both}: a column is either read or ignored")
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -273,8 +290,12 @@ class Schema:
                 raise SchemaError(f"csv.null_values must be a list of strings, got {nv!r}")
             csv["null_values"] = tuple(nv)
         record_type = d.get("record_type", "example")
+        ignore = d.get("ignore_columns") or []
+        if not isinstance(ignore, list):
+            raise SchemaError(f"ignore_columns must be a list of column names, got {ignore!r}")
         kwargs: dict[str, Any] = dict(record_type=record_type, label=d.get("label"), csv=CsvOptions(**csv),
-                                      group_by=d.get("group_by"), order_by=d.get("order_by"))
+                                      group_by=d.get("group_by"), order_by=d.get("order_by"),
+                                      ignore_columns=tuple(ignore))
         if "features" in d:
             kwargs["features"] = _features_from(d["features"], "features")
         if "context" in d:
@@ -316,6 +337,8 @@ class Schema:
             out["sequence"] = [f.to_dict() for f in self.sequence]
         if self.label:
             out["label"] = self.label
+        if self.ignore_columns:
+            out["ignore_columns"] = list(self.ignore_columns)
         csv = dataclasses.asdict(self.csv)
         csv["null_values"] = list(csv["null_values"])
         out["csv"] = csv

@@ -108,7 +108,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import sys
 import tempfile
@@ -116,7 +115,6 @@ import time
 import uuid
 import zipfile
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -124,8 +122,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrecord_io import codec, csv_arrow, fs, inputs, output
-from tfrecord_io.framing import normalize_compression
+from tfrecord_io import codec, columns, csv_arrow, fs, inputs, output
+from tfrecord_io.options import (DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_SHARD, DEFAULT_MAX_STEPS, ConversionError,
+                                 ConversionOptions,
+                                 default_num_shards)
 from tfrecord_io.schema import Schema, SchemaError
 
 __all__ = [
@@ -134,9 +134,6 @@ __all__ = [
     "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "default_num_shards", "package_zip", "run_conversion",
 ]
 
-DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
-DEFAULT_MAX_STEPS = 10_000
-FORMATS = ("csv", "json")
 FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_FAIL_FIRST_ATTEMPT"
 FAIL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.failFirstAttempt"
 STALL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_STALL_FIRST_ATTEMPT"
@@ -157,79 +154,6 @@ REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, 
               "records bigint, bytes bigint, input_rows bigint, rejected bigint, rows_in_records bigint")
 
 
-class ConversionError(RuntimeError):
-    """The conversion could not run (bad input paths, unreadable headers, a failed Spark job)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Options
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ConversionOptions:
-    """What to convert and how.  Defaults are the job's documented defaults.
-
-    inputs: input URIs (local paths, ``file://``, ``hdfs://``; files, directories or globs);
-        a single string may hold several separated by commas.
-    input_format: ``"csv"`` or ``"json"`` (JSON Lines; whole-file JSON with ``multiline``).
-    schema: path or URI of the YAML schema.
-    output: output directory URI.
-    record_type: ``"example"`` / ``"sequence_example"``; None (default) takes the schema's.
-        When given it must match the schema's ``record_type``.
-    compression: ``"none"`` (default), ``"gzip"`` or ``"zlib"``.
-    num_shards: number of TFRecord files; None (default): one per ``bytes_per_shard`` of input.
-    overwrite: replace an existing non-empty output (default False: refuse).
-    max_reject_fraction: most rejected/input rows tolerated (default 0.01 = 1%).
-    multiline: records may span lines: multi-line JSON documents, or CSV with line breaks
-        in quoted fields (default False; files are then read whole, one task per file).
-    max_steps: longest SequenceExample; longer groups are split (default 10,000).
-    bytes_per_shard: input bytes per shard when ``num_shards`` is None (default 128 MiB).
-    """
-
-    inputs: tuple[str, ...]
-    input_format: str
-    schema: str
-    output: str
-    record_type: str | None = None
-    compression: str = "none"
-    num_shards: int | None = None
-    overwrite: bool = False
-    max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
-    multiline: bool = False
-    max_steps: int = DEFAULT_MAX_STEPS
-    bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
-
-    def __post_init__(self) -> None:
-        raw = (self.inputs,) if isinstance(self.inputs, str) else tuple(self.inputs)
-        inputs = tuple(_absolute(p.strip()) for item in raw for p in str(item).split(",") if p.strip())
-        if not inputs:
-            raise ValueError("no input given (--input URI[,URI...])")
-        object.__setattr__(self, "inputs", inputs)
-        if self.input_format not in FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {self.input_format!r}")
-        if not self.output or not str(self.output).strip():
-            raise ValueError("no output given (--output URI)")
-        object.__setattr__(self, "output", _absolute(str(self.output).strip().rstrip("/") or "/"))
-        if self.record_type is not None and self.record_type not in ("example", "sequence_example"):
-            raise ValueError(f"--record-type must be example or sequence_example, got {self.record_type!r}")
-        object.__setattr__(self, "compression", normalize_compression(self.compression))
-        if self.num_shards is not None and (not isinstance(self.num_shards, int) or self.num_shards < 1):
-            raise ValueError(f"--num-shards must be a positive integer, got {self.num_shards!r}")
-        f = self.max_reject_fraction
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f <= 1.0:
-            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {f!r}")
-        if not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(f"--max-steps must be a positive integer, got {self.max_steps!r}")
-        if not isinstance(self.bytes_per_shard, int) or self.bytes_per_shard < 1:
-            raise ValueError(f"bytes_per_shard must be a positive integer, got {self.bytes_per_shard!r}")
-
-
-def _absolute(uri: str) -> str:
-    """Local paths made absolute (executors do not share the driver's working directory)."""
-    if "://" in uri or uri.startswith("file:"):
-        return uri
-    return os.path.abspath(uri)
-
-
 # ---------------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------------
@@ -241,15 +165,18 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     ``ConversionError`` for anything else that stops the job; nothing is committed then.
     """
     started = time.monotonic()
-    schema = Schema.load(options.schema)
+    schema = options.load_schema()
     _check_schema(schema, options)
     out = options.output
     job_id = uuid.uuid4().hex[:12]
     sources = inputs.list_inputs(options.inputs)
     input_bytes = sum(f.size for f in sources)
     num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
-    headers = _peek_headers(sources, schema, options.multiline) \
-        if options.input_format == "csv" and schema.csv.header else {}
+    found = columns.input_columns([f.path for f in sources], schema, options.input_format, options.multiline)
+    columns.check_columns(schema, found, input_format=options.input_format,
+                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
+                          schema_name=options.schema_name)
+    headers = found if options.input_format == "csv" else {}
     output.prepare_output(out, overwrite=options.overwrite, inputs=options.inputs,
                           input_paths=[f.path for f in sources])
     fs.makedirs(fs.join(out, output.TEMPORARY))
@@ -289,12 +216,9 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
 
 
 def _check_schema(schema: Schema, options: ConversionOptions) -> None:
-    if options.record_type is not None and options.record_type != schema.record_type:
-        raise SchemaError(f"--record-type {options.record_type} does not match the schema "
-                          f"{options.schema}, whose record_type is {schema.record_type}")
     for f in schema.input_features:
         if f.name.startswith(_PREFIX):
-            raise SchemaError(f"{options.schema}: feature name {f.name!r} uses the reserved prefix {_PREFIX!r}")
+            raise SchemaError(f"{options.schema_name}: feature name {f.name!r} uses the reserved prefix {_PREFIX!r}")
 
 
 def _abort(out: str) -> None:
@@ -328,11 +252,6 @@ def _spark_message(e: BaseException) -> str:
     if not picked:
         picked = [ln for ln in lines if not ln.startswith("An error occurred while calling")][:3] or lines[:1]
     return "\n".join(dict.fromkeys(picked))
-
-
-def default_num_shards(input_bytes: int, bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD) -> int:
-    """Shards when ``--num-shards`` is not given: one per ``bytes_per_shard`` of input, at least 1."""
-    return max(1, math.ceil(input_bytes / bytes_per_shard))
 
 
 def _fault_switch(spark, env: str, conf: str) -> str:
@@ -476,7 +395,7 @@ class ReadStage:
     multiline: bool
     headers: dict  # CSV with a header: file -> its column names (for splits after the first)
     line_counts: Any = None  # the _LineCounts accumulator
-    block_size: int = csv_arrow.DEFAULT_BLOCK_SIZE
+    block_size: int = DEFAULT_BLOCK_SIZE
 
     @property
     def target(self) -> pa.Schema:
@@ -550,19 +469,8 @@ def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, hea
     rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
     df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
                                "source string, start bigint, end bigint, whole boolean")
-    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts.accumulator)
+    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts.accumulator, opts.block_size)
     return df.mapInArrow(stage, _read_schema(schema)), splits, counts
-
-
-def _peek_headers(files: list, schema: Schema, multiline: bool) -> dict[str, list[str] | None]:
-    """Each CSV file's header names (None for a file with no lines), read on the driver."""
-    def peek(uri: str):
-        with inputs.open_input(uri) as f:
-            names, _ = csv_arrow.read_header(f, schema, uri, multiline)
-        return names
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(zip([f.path for f in files], pool.map(peek, [f.path for f in files])))
 
 
 # ---------------------------------------------------------------------------------------------
