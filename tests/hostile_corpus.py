@@ -116,8 +116,39 @@ def compressed_cases() -> list[Case]:
     ]
 
 
+def malformed_cases() -> list[Case]:
+    """#16 items 3-5, as classes: malformed CSV quotes, JSON that is not one object per line, values a
+    lenient reader would rewrite.  Each is a reject (or an exact value), the same on both engines."""
+    good_json = b'{"id": 1, "x": 0.5, "s": "fine"}\n'
+    return [
+        Case("quoted line break without --multiline (last column)",
+             {"q.csv": b'id,x,s\n1,1.5,"two\nlines"\n2,2.5,plain\n'}, Ok(3, 1, 2)),
+        Case("unbalanced quote in the last column", {"q.csv": b'id,x,s\n1,1.5,ok\n2,2.5,"bad\n'}, Ok(2, 1, 1)),
+        Case("unbalanced quote mid-row", {"q.csv": b'id,x,s\n1,"1.5,ok\n2,2.5,fine\n'}, Ok(2, 1, 1)),
+        Case("stray quote inside an unquoted field", {"q.csv": b'id,x,s\n1,1.5,a"b"c\n2,2.5,fine\n'}, Ok(2, 2, 0)),
+        Case("two JSON objects on one line", {"j.jsonl": good_json + b'{"id": 10}{"id": 11}\n'}, Ok(2, 1, 1),
+             fmt="json"),
+        Case("JSON object with trailing garbage", {"j.jsonl": good_json + b'{"id": 9} trailing garbage\n'},
+             Ok(2, 1, 1), fmt="json"),
+        Case("JSON lone surrogate in a string", {"j.jsonl": good_json + b'{"id": 2, "s": "\\ud800"}\n'},
+             Ok(2, 1, 1), fmt="json"),
+        Case("JSON object or number for a string feature",
+             {"j.jsonl": good_json + b'{"id": 3, "s": {"a": 1}}\n{"id": 4, "s": 5}\n{"id": 5, "s": [1]}\n'},
+             Ok(4, 1, 3), fmt="json"),
+        Case("JSON array or bare value for a row", {"j.jsonl": good_json + b'[1, 2]\n7\n"s"\nnull\n'},
+             Ok(5, 1, 4), fmt="json"),
+        Case("float correctly rounded to float32 (no double rounding)",
+             {"f.csv": b"id,x,s\n1,1.0000000596046447753906250000001,a\n2,16777217,b\n3,3.4028235677973366e38,c\n"},
+             Ok(3, 3, 0)),
+        Case("float out of float32 range", {"f.csv": b"id,x,s\n1,3.5e38,a\n2,1e-50,b\n"}, Ok(2, 2, 0)),
+        Case("integer edge cases", {"i.csv": b"id,x,s\n9223372036854775807,1,a\n9223372036854775808,1,b\n"
+                                            b"-9223372036854775808,1,c\n 12,1,d\n1_000,1,e\n+7,1,f\n1.0,1,g\n"},
+             Ok(7, 3, 4)),
+    ]
+
+
 def all_cases() -> list[Case]:
-    return compressed_cases()
+    return compressed_cases() + malformed_cases()
 
 
 def write_case(case: Case, directory: Path) -> Path:
