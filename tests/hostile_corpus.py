@@ -147,8 +147,31 @@ def malformed_cases() -> list[Case]:
     ]
 
 
+def bomb_cases() -> list[Case]:
+    """#16 item 6, as a class: one line that would take the parser (and so the job) down is one reject."""
+    deep = b"[" * 10_000 + b"1" + b"]" * 10_000
+    good_json = b'{"id": 1, "x": 0.5, "s": "fine"}\n'
+    ignoring = {**SCHEMA, "ignore_columns": ["junk"]}
+    return [
+        Case("JSON nested 10,000 levels in a feature", {"d.jsonl": good_json + b'{"id": 2, "x": 1, "s": ' + deep
+                                                         + b"}\n"}, Ok(2, 1, 1), fmt="json"),
+        Case("JSON nested 10,000 levels in an ignored field",
+             # pyarrow's reader skips the ignored value; the row converts
+             {"d.jsonl": good_json + b'{"id": 2, "x": 1, "s": "a", "junk": ' + deep + b"}\n"}, Ok(2, 2, 0),
+             fmt="json", schema=ignoring),
+        Case("JSON whole-file document nested 10,000 levels", {"d.json": b'[{"id": 2, "x": 1, "s": ' + deep
+                                                                + b"}]"}, Ok(1, 0, 1), fmt="json-multiline"),
+        Case("a valid 20 MB JSON string", {"big.jsonl": b'{"id": 1, "x": 1, "s": "' + b"a" * (20 << 20) + b'"}\n'},
+             Ok(1, 1, 0), fmt="json"),
+        # A CSV record must fit in one parse block (--block-size, 4 MiB): a bigger one fails the file
+        # with a message that says so, on both engines.
+        Case("a 20 MB CSV cell", {"big.csv": b"id,x,s\n1,1," + b"a" * (20 << 20) + b"\n"},
+             Fails("big.csv", "--block-size")),
+    ]
+
+
 def all_cases() -> list[Case]:
-    return compressed_cases() + malformed_cases()
+    return compressed_cases() + malformed_cases() + bomb_cases()
 
 
 def write_case(case: Case, directory: Path) -> Path:

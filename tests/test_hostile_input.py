@@ -27,6 +27,11 @@ from tfrecord_io import fs, output
 CASES = hostile_corpus.all_cases()
 
 
+def _format(case) -> tuple[str, dict]:
+    """(--format, extra options) of a case (``json-multiline``: whole-file JSON documents)."""
+    return ("json", {"multiline": True}) if case.fmt == "json-multiline" else (case.fmt, {})
+
+
 def _schema_file(tmp_path: Path, schema: dict) -> str:
     path = tmp_path / "schema.yaml"
     path.write_text(yaml.safe_dump(schema))
@@ -45,15 +50,16 @@ def test_corpus_case_keeps_its_promise(case, engine, session, tmp_path):
     inp = hostile_corpus.write_case(case, tmp_path / "in")
     schema = _schema_file(tmp_path, case.schema)
     out = tmp_path / "out"
+    fmt, kw = _format(case)
     if isinstance(case.expect, hostile_corpus.Fails):
         with pytest.raises(Exception) as info:
-            convert(engine, session, str(inp), case.fmt, schema, str(out))
+            convert(engine, session, str(inp), fmt, schema, str(out), **kw)
         text = str(info.value)
         assert case.expect.file in text and re.search(case.expect.why, text), \
             f"{engine}: the error does not name {case.expect.file} or say {case.expect.why!r}:\n{text[:3000]}"
         _nothing_committed(out)
         return
-    manifest = convert(engine, session, str(inp), case.fmt, schema, str(out))
+    manifest = convert(engine, session, str(inp), fmt, schema, str(out), **kw)
     t = manifest["totals"]
     assert (t["input_rows"], t["records"], t["rejected"]) == (case.expect.rows, case.expect.records,
                                                               case.expect.rejects)
@@ -163,8 +169,9 @@ def test_both_engines_write_the_same_records_and_the_same_rejects(case, spark, t
     inp = hostile_corpus.write_case(case, tmp_path / "in")
     schema = _schema_file(tmp_path, case.schema)
     got = {}
+    fmt, kw = _format(case)
     for engine in ("spark", "beam"):
-        convert(engine, spark if engine == "spark" else None, str(inp), case.fmt, schema, str(tmp_path / engine))
+        convert(engine, spark if engine == "spark" else None, str(inp), fmt, schema, str(tmp_path / engine), **kw)
         got[engine] = _records_and_rejects(tmp_path / engine)
     assert got["spark"][0] == got["beam"][0], "records differ"
     assert got["spark"][1] == got["beam"][1], "rejects differ"
@@ -177,3 +184,24 @@ def test_both_engines_write_the_same_records_and_the_same_rejects(case, spark, t
         # (through a double it would round to the midpoint, then to even: 1.0).
         assert xs == {1: float(np.nextafter(np.float32(1), np.float32(2))), 2: 16777216.0,
                       3: float(np.finfo(np.float32).max)}
+
+
+# ----------------------------------------------------------------------------- hung services
+def test_a_silent_namenode_fails_the_conversion_in_bounded_time(engine, session, tmp_path, monkeypatch):
+    """A NameNode address that accepts connections and never answers (#16 item 9): every engine's
+    first HDFS call is the driver's listing through tfrecord_io.fs, bounded by its timeout."""
+    import socket
+    import time
+
+    monkeypatch.setenv("TFRECORD_IO_HDFS_TIMEOUT", "3")
+    schema = _schema_file(tmp_path, hostile_corpus.SCHEMA)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"hdfs://127.0.0.1:{silent.getsockname()[1]}/data/in.csv"
+        started = time.monotonic()
+        with pytest.raises((TimeoutError, ConnectionError, OSError)) as info:
+            convert(engine, session, uri, "csv", schema, str(tmp_path / "out"))
+        elapsed = time.monotonic() - started
+    assert elapsed < 30, f"{engine}: {elapsed:.1f}s"
+    assert "127.0.0.1" in str(info.value)

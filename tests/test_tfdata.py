@@ -468,6 +468,36 @@ def test_truncated_file_error(tmp_path):
         list(make_dataset(path, schema=SCHEMA, batch_size=8))
 
 
+def _huge_length(path: str, index: int, compression: str) -> int:
+    """Make record ``index`` claim 2**40 bytes, with a valid length CRC (TF's reader would try to
+    allocate them and kill the process); returns its offset in the uncompressed stream."""
+    import gzip as gz
+    import zlib
+
+    import google_crc32c
+
+    raw = Path(path).read_bytes()
+    data = bytearray({"none": lambda b: b, "gzip": gz.decompress, "zlib": zlib.decompress}[compression](raw))
+    offset = record_offsets(bytes(data))[index]
+    length = struct.pack("<Q", 2**40)
+    crc = google_crc32c.value(length)
+    data[offset:offset + 12] = length + struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+    Path(path).write_bytes({"none": bytes, "gzip": gz.compress, "zlib": zlib.compress}[compression](bytes(data)))
+    return offset
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
+def test_a_length_past_the_end_of_the_file_is_an_error_not_a_crash(tmp_path, compression):
+    ext = {"none": "", "gzip": ".gz", "zlib": ".zlib"}[compression]
+    path = write_tf(str(tmp_path / f"d.tfrecord{ext}"), records(0, 60), compression)
+    offset = _huge_length(path, 30, compression)
+    with pytest.raises(tf.errors.OpError) as info:
+        list(make_dataset(path, schema=SCHEMA, batch_size=8, shuffle=False))
+    assert f"{path}: corrupt TFRecord at byte offset {offset}:" in info.value.message
+    ds = make_dataset(path, schema=SCHEMA, batch_size=8, shuffle=False, on_corrupt="skip")
+    assert [i for i, _ in unbatch(ds)] == list(range(30))  # every record before the bad one
+
+
 def test_skip_mode_keeps_every_record_before_the_bad_one_across_chunks(tmp_path):
     """TF's reader drops the chunk it was filling at a bad record; the loader hands those records on."""
     n, bad = CHUNK_RECORDS * 2 + 300, CHUNK_RECORDS + 500

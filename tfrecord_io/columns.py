@@ -34,6 +34,7 @@ __all__ = ["ColumnMismatch", "JSON_SAMPLE_BYTES", "check_columns", "input_column
            "sample_json_keys"]
 
 JSON_SAMPLE_BYTES = 1 << 20
+MAX_FIRST_LINE_BYTES = 256 << 20
 _SHOWN_FILES = 3
 
 
@@ -61,19 +62,25 @@ def sample_json_keys(files: Iterable[str], multiline: bool = False) -> dict[str,
     def keys(uri: str) -> set[str]:
         with inputs.open_input(uri) as f:
             data = f.read(JSON_SAMPLE_BYTES + 1)
+            # At least one whole line, however long (a 20 MB string value is a valid row).
+            while not multiline and b"\n" not in data and len(data) < MAX_FIRST_LINE_BYTES:
+                more = f.read(JSON_SAMPLE_BYTES)
+                if not more:
+                    break
+                data += more
         found: set[str] = set()
         if multiline:
             try:
                 doc = json.loads(data) if len(data) <= JSON_SAMPLE_BYTES else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 doc = None
             for obj in (doc if isinstance(doc, list) else [doc]):
                 if isinstance(obj, dict):
                     found.update(obj)
             return found
         lines = data.split(b"\n")
-        if len(data) > JSON_SAMPLE_BYTES:
-            lines = lines[:-1]  # possibly cut
+        if len(lines) > 1:
+            lines = lines[:-1]  # possibly cut (or the empty rest after the last newline)
         for line in lines:
             if not line.strip():
                 continue
@@ -126,7 +133,8 @@ def check_columns(schema: Schema, columns: Mapping[str, list[str] | set[str] | N
         views = [(src, cols) for src, cols in sorted(columns.items()) if cols is not None]
     else:
         union: set[str] = set().union(*(c for c in columns.values() if c)) if columns else set()
-        views = [("the sampled JSON objects of " + _files(sorted(columns)), union)] if columns else []
+        # No object parsed in any sample: nothing to compare (those rows become rejects).
+        views = [("the sampled JSON objects of " + _files(sorted(columns)), union)] if union else []
     seen_columns: set[str] = set()
     for src, cols in views:
         cols = list(cols)

@@ -742,7 +742,8 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     locator = _RecordLocator(1, 1)
 
     def fail(e: Exception) -> ValueError:
-        hint = " (a record longer than the block size?)" if "straddl" in str(e) else ""
+        hint = (f" (a record longer than the block size, {block_size} bytes? pass a larger --block-size)"
+                if "straddl" in str(e) else "")
         return ValueError(f"{source}: near line {locator.next_line}: cannot read CSV: {e}{hint}")
 
     def physical(lines: np.ndarray) -> np.ndarray:
@@ -944,7 +945,12 @@ def _json_line_values(line: bytes, features: tuple[Feature, ...]) -> tuple[list,
         obj = json.loads(text)
     except ValueError as e:
         raise _BadValue(f"malformed JSON: {e}") from e
+    except RecursionError as e:
+        raise _BadValue(_TOO_DEEP) from e
     return _json_object_values(obj, features)
+
+
+_TOO_DEEP = "malformed JSON: nested deeper than the JSON parser allows (about 1,000 levels)"
 
 
 class _JsonConverter:
@@ -1092,16 +1098,20 @@ def _json_document(data: bytes, converter: _JsonConverter, schema: Schema, targe
     texts: dict[int, bytes] = {}
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         what = "not valid UTF-8" if isinstance(e, UnicodeDecodeError) else "malformed JSON"
-        bad.append((1, data[:4096], f"{what}: {e}", None))
+        bad.append((1, data[:4096], _TOO_DEEP if isinstance(e, RecursionError) else f"{what}: {e}", None))
     else:
         objects = doc if isinstance(doc, list) else [doc]
         parsed = []
         for number, obj in enumerate(objects, start=1):
-            texts[number] = json.dumps(obj, ensure_ascii=False).encode()
             try:
+                texts[number] = json.dumps(obj, ensure_ascii=False).encode()
                 values, problem = _json_object_values(obj, converter.features)
+            except RecursionError:
+                texts.setdefault(number, b"(nested too deep to show)")
+                bad.append((number, texts[number], _TOO_DEEP, None))
+                continue
             except _BadValue as e:
                 bad.append((number, texts[number], str(e), None))
                 continue

@@ -270,16 +270,27 @@ def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compres
                   compression=compression, engine=engine)
 
 
+MAX_MANIFEST_BYTES = 256 << 20  # ~2 million files; anything bigger is not a manifest
+
+
 def read_manifest(output: str) -> dict:
-    """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent)."""
+    """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent;
+    ValueError naming it when it is not a manifest), read in bounded time and memory."""
     path = fs.join(output, MANIFEST)
+    with fs.open(path, "rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest")
     try:
-        with fs.open(path, "rb") as f:
-            manifest = json.loads(f.read().decode("utf-8"))
-    except json.JSONDecodeError as e:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON: {e}") from e
-    if manifest.get("format_version") != MANIFEST_VERSION:
-        raise ValueError(f"{path}: unsupported manifest format_version {manifest.get('format_version')!r}")
+    except RecursionError as e:
+        raise ValueError(f"{path}: nested too deeply to be a manifest") from e
+    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_VERSION:
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise ValueError(f"{path}: not a tfrecord-io manifest (format_version {str(version)[:40]}, expected "
+                         f"{MANIFEST_VERSION})")
     return manifest
 
 

@@ -20,6 +20,7 @@ request, each importing its engine only inside the method that needs it.
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -32,6 +33,36 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 class SchemaError(ValueError):
     """A schema file or dict that does not describe a valid schema."""
+
+
+MAX_SCHEMA_BYTES = 1 << 20  # a schema is a few KiB; anything this big is not one
+MAX_YAML_ALIASES = 100
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 3, 6, 6
+
+
+def _show(value: Any) -> str:
+    """A value in an error message: bounded in size whatever the value (a YAML alias bomb's 10^9
+    leaves included), so that reporting a bad schema never costs more than reading it."""
+    return _REPR.repr(value)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses more than :data:`MAX_YAML_ALIASES` aliases: "billion laughs"
+    documents expand a few hundred bytes into 10^9 nodes through nested aliases."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} YAML aliases (*name): not a schema "
+                                     f"(an alias bomb?)")
+        return super().compose_node(parent, index)
 
 
 @dataclass(frozen=True)
@@ -52,9 +83,9 @@ class CsvOptions:
 
     def __post_init__(self) -> None:
         if len(self.delimiter) != 1:
-            raise SchemaError(f"csv.delimiter must be one character, got {self.delimiter!r}")
+            raise SchemaError(f"csv.delimiter must be one character, got {_show(self.delimiter)}")
         if len(self.quote) != 1:
-            raise SchemaError(f"csv.quote must be one character, got {self.quote!r}")
+            raise SchemaError(f"csv.quote must be one character, got {_show(self.quote)}")
 
 
 @dataclass(frozen=True)
@@ -81,11 +112,11 @@ class Feature:
     allow_missing: bool = False
 
     def __post_init__(self) -> None:
-        where = f"feature {self.name!r}"
+        where = f"feature {_show(self.name)}"
         if not isinstance(self.name, str) or not self.name:
-            raise SchemaError(f"feature name must be a non-empty string, got {self.name!r}")
+            raise SchemaError(f"feature name must be a non-empty string, got {_show(self.name)}")
         if self.type not in TYPES:
-            raise SchemaError(f"{where}: unknown type {self.type!r}; expected one of {', '.join(TYPES)}")
+            raise SchemaError(f"{where}: unknown type {_show(self.type)}; expected one of {', '.join(TYPES)}")
         if self.shape is not None:
             shape = tuple(self.shape)
             if len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool) \
@@ -96,11 +127,11 @@ class Feature:
         if self.separator is not None and (not self.is_list or not isinstance(self.separator, str)
                                            or not self.separator):
             raise SchemaError(f"{where}: separator is only for list features (shape [-1] or [k]), "
-                              f"and must be a non-empty string; got {self.separator!r}")
+                              f"and must be a non-empty string; got {_show(self.separator)}")
         if not isinstance(self.required, bool):
-            raise SchemaError(f"{where}: required must be true or false, got {self.required!r}")
+            raise SchemaError(f"{where}: required must be true or false, got {_show(self.required)}")
         if not isinstance(self.allow_missing, bool):
-            raise SchemaError(f"{where}: allow_missing must be true or false, got {self.allow_missing!r}")
+            raise SchemaError(f"{where}: allow_missing must be true or false, got {_show(self.allow_missing)}")
         if self.default is not None:
             object.__setattr__(self, "default", self._check_default(self.default))
 
@@ -124,7 +155,7 @@ class Feature:
         return {"int64": "int64_list", "float": "float_list"}.get(self.type, "bytes_list")
 
     def _check_default(self, value: Any) -> Any:
-        where = f"feature {self.name!r}"
+        where = f"feature {_show(self.name)}"
         if self.is_varlen:
             raise SchemaError(f"{where}: a variable-length list has no default (missing reads as an empty list)")
         k = self.fixed_length
@@ -134,11 +165,11 @@ class Feature:
                 raise SchemaError(f"{where}: default must have {k} values, got {len(values)}")
             return tuple(self._check_scalar_default(v) for v in values)
         if isinstance(value, (list, tuple)):
-            raise SchemaError(f"{where}: default of a scalar feature must be a scalar, got {value!r}")
+            raise SchemaError(f"{where}: default of a scalar feature must be a scalar, got {_show(value)}")
         return self._check_scalar_default(value)
 
     def _check_scalar_default(self, v: Any) -> Any:
-        where = f"feature {self.name!r}"
+        where = f"feature {_show(self.name)}"
         expected = {"int64": "an integer", "float": "a number", "bytes": "a string", "string": "a string"}
         ok = {
             "int64": isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX,
@@ -148,7 +179,7 @@ class Feature:
         }[self.type]
         if not ok:
             raise SchemaError(f"{where}: default of type {self.type} must be {expected[self.type]}, "
-                              f"got {type(v).__name__} {v!r}")
+                              f"got {type(v).__name__} {_show(v)}")
         if self.type == "float":
             return float(v)
         if self.type == "bytes" and isinstance(v, str):
@@ -197,7 +228,7 @@ def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
-            raise SchemaError(f"{section}[{i}] must be a mapping with name and type, got {item!r}")
+            raise SchemaError(f"{section}[{i}] must be a mapping with name and type, got {_show(item)}")
         unknown = set(item) - _FEATURE_KEYS
         if unknown:
             raise SchemaError(f"{section}[{i}] ({item.get('name')!r}): unknown key(s) {sorted(unknown)}; "
@@ -208,7 +239,7 @@ def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
         kwargs = dict(item)
         if kwargs.get("shape") is not None:
             if not isinstance(kwargs["shape"], (list, tuple)):
-                raise SchemaError(f"{section}[{i}] ({item['name']!r}): shape must be a list like [-1] or [3]")
+                raise SchemaError(f"{section}[{i}] ({_show(item['name'])}): shape must be a list like [-1] or [3]")
             kwargs["shape"] = tuple(kwargs["shape"])
         out.append(Feature(**kwargs))
     return tuple(out)
@@ -235,8 +266,13 @@ class Schema:
     ignore_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for key in ("record_type", "label", "group_by", "order_by"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                what = "example or sequence_example" if key == "record_type" else "a feature name (a string)"
+                raise SchemaError(f"{key} must be {what}, got {type(value).__name__} {_show(value)}")
         if self.record_type not in RECORD_TYPES:
-            raise SchemaError(f"unknown record_type {self.record_type!r}; expected one of {', '.join(RECORD_TYPES)}")
+            raise SchemaError(f"unknown record_type {_show(self.record_type)}; expected one of {', '.join(RECORD_TYPES)}")
         if self.record_type == "example":
             if not self.features:
                 raise SchemaError("an example schema needs a non-empty 'features' list")
@@ -250,20 +286,20 @@ class Schema:
             if not self.group_by:
                 raise SchemaError("a sequence_example schema needs 'group_by'")
             if self.group_by not in {f.name for f in self.context}:
-                raise SchemaError(f"group_by {self.group_by!r} names no context feature; "
+                raise SchemaError(f"group_by {_show(self.group_by)} names no context feature; "
                                   f"context features: {[f.name for f in self.context]}")
             if self.order_by is not None and self.order_by not in {f.name for f in self.input_features}:
-                raise SchemaError(f"order_by {self.order_by!r} names no feature; "
+                raise SchemaError(f"order_by {_show(self.order_by)} names no feature; "
                                   f"features: {[f.name for f in self.input_features]}")
         seen: set[str] = set()
         for f in self.input_features:
             if f.name in seen:
-                raise SchemaError(f"duplicate feature name {f.name!r}")
+                raise SchemaError(f"duplicate feature name {_show(f.name)}")
             seen.add(f.name)
         if self.label is not None and self.label not in seen:
-            raise SchemaError(f"label {self.label!r} names no feature; features: {sorted(seen)}")
+            raise SchemaError(f"label {_show(self.label)} names no feature; features: {sorted(seen)}")
         if isinstance(self.ignore_columns, str) or not all(isinstance(c, str) for c in self.ignore_columns):
-            raise SchemaError(f"ignore_columns must be a list of column names, got {self.ignore_columns!r}")
+            raise SchemaError(f"ignore_columns must be a list of column names, got {_show(self.ignore_columns)}")
         object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
         both = sorted(seen & set(self.ignore_columns))
         if both:
@@ -279,7 +315,7 @@ class Schema:
             raise SchemaError(f"unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
         csv = d.get("csv") or {}
         if not isinstance(csv, Mapping):
-            raise SchemaError(f"'csv' must be a mapping, got {csv!r}")
+            raise SchemaError(f"'csv' must be a mapping, got {_show(csv)}")
         bad = set(csv) - _CSV_KEYS
         if bad:
             raise SchemaError(f"unknown csv option(s) {sorted(bad)}; allowed: {sorted(_CSV_KEYS)}")
@@ -287,12 +323,12 @@ class Schema:
         if "null_values" in csv:
             nv = csv["null_values"]
             if not isinstance(nv, list) or not all(isinstance(x, str) for x in nv):
-                raise SchemaError(f"csv.null_values must be a list of strings, got {nv!r}")
+                raise SchemaError(f"csv.null_values must be a list of strings, got {_show(nv)}")
             csv["null_values"] = tuple(nv)
         record_type = d.get("record_type", "example")
         ignore = d.get("ignore_columns") or []
         if not isinstance(ignore, list):
-            raise SchemaError(f"ignore_columns must be a list of column names, got {ignore!r}")
+            raise SchemaError(f"ignore_columns must be a list of column names, got {_show(ignore)}")
         kwargs: dict[str, Any] = dict(record_type=record_type, label=d.get("label"), csv=CsvOptions(**csv),
                                       group_by=d.get("group_by"), order_by=d.get("order_by"),
                                       ignore_columns=tuple(ignore))
@@ -306,8 +342,12 @@ class Schema:
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<string>") -> "Schema":
+        if len(text) > MAX_SCHEMA_BYTES:
+            raise SchemaError(f"{source}: {len(text)} characters; a schema is at most {MAX_SCHEMA_BYTES} bytes")
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        except RecursionError as e:
+            raise SchemaError(f"{source}: nested too deeply to be a schema") from e
         except yaml.YAMLError as e:
             raise SchemaError(f"{source}: not valid YAML: {e}") from e
         try:
@@ -321,7 +361,13 @@ class Schema:
         from tfrecord_io import fs
 
         with fs.open(str(path_or_uri), "rb") as f:
-            text = f.read().decode("utf-8")
+            data = f.read(MAX_SCHEMA_BYTES + 1)
+        if len(data) > MAX_SCHEMA_BYTES:
+            raise SchemaError(f"{path_or_uri}: more than {MAX_SCHEMA_BYTES} bytes; a schema is a few KiB")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SchemaError(f"{path_or_uri}: not UTF-8 text ({e})") from e
         return cls.from_yaml(text, source=str(path_or_uri))
 
     def to_dict(self) -> dict[str, Any]:
@@ -357,7 +403,7 @@ class Schema:
         for f in self.input_features:
             if f.name == name:
                 return f
-        raise KeyError(f"no feature named {name!r}; features: {[f.name for f in self.input_features]}")
+        raise KeyError(f"no feature named {_show(name)}; features: {[f.name for f in self.input_features]}")
 
     # -- derived engine schemas -----------------------------------------------------------
     def arrow_schema(self):

@@ -91,7 +91,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from tfrecord_io import fs
-from tfrecord_io.framing import (RECORD_OVERHEAD, CorruptRecordError, compression_from_path,
+from tfrecord_io.framing import (HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, compression_from_path, frame_records,
                                  normalize_compression, read_records)
 from tfrecord_io.hdfs_stream import CacheStats, ShardCache, tf_can_open
 from tfrecord_io.schema import Schema
@@ -553,6 +553,95 @@ class _FileChecker:
                 ValueError(message), [])
 
 
+class _LengthGuard:
+    """Checked before TensorFlow opens a file: no record claims more bytes than the file holds.
+
+    TensorFlow's reader allocates a record's length before reading it; a length field of 2**40
+    with a valid length CRC (a crafted or mis-written file) kills the process.  So each file's
+    record headers are walked first -- uncompressed: 8-byte lengths through ``mmap``, about 0.3 s
+    per million records; compressed: our own framing reader over the decompressed stream -- once
+    per file per process (keyed by URI, size and mtime).  A bad length is a
+    :class:`~tfrecord_io.framing.CorruptRecordError` naming the file and the offset; with
+    ``on_corrupt="skip"`` TensorFlow is given a copy of the records before it instead.
+    """
+
+    def __init__(self, files: Sequence[ShardFile], on_corrupt: str, stats: "LoaderStats"):
+        self.files, self.on_corrupt, self.stats = files, on_corrupt, stats
+        self._ok: set = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, path_b, index) -> tuple:
+        path = path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b)
+        f = self.files[int(index)]
+        local = _local_path(path)
+        st = os.stat(local)
+        key = (f.uri, st.st_size, st.st_mtime_ns if local == _local_path(f.uri) else None)
+        with self._lock:
+            if key in self._ok:
+                return path_b, _TF_COMPRESSION[f.compression]
+        bad = self._first_bad(local, f, st.st_size)
+        if bad is None:
+            with self._lock:
+                self._ok.add(key)
+            return path_b, _TF_COMPRESSION[f.compression]
+        if self.on_corrupt != "skip":
+            raise bad
+        log.warning("on_corrupt='skip': %s; reading the records before it", bad)
+        return self._records_before(local, f, bad.offset).encode("utf-8"), _TF_COMPRESSION[f.compression]
+
+    @staticmethod
+    def _first_bad(local: str, f: ShardFile, size: int) -> CorruptRecordError | None:
+        if f.compression == "none":
+            import mmap
+
+            if size == 0:
+                return None
+            unpack = struct.Struct("<Q").unpack_from
+            with open(local, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                pos = 0
+                while pos < size:
+                    if size - pos < RECORD_OVERHEAD:
+                        return None  # a truncated tail: TF's reader reports it without harm
+                    (length,) = unpack(mm, pos)
+                    if length > size - pos - RECORD_OVERHEAD:
+                        left = max(0, size - pos - HEADER_SIZE)
+                        return CorruptRecordError(f.uri, pos, "truncated data", f"expected {length} data bytes, "
+                                                  f"got {left} before end of stream")
+                    pos += length + RECORD_OVERHEAD
+            return None
+        try:
+            with open(local, "rb") as fh:
+                for _ in read_records(fh, name=f.uri, compression=f.compression, verify=False):
+                    pass
+        except CorruptRecordError as e:
+            return e if e.check in ("truncated data", "length CRC") else None
+        return None
+
+    @staticmethod
+    def _records_before(local: str, f: ShardFile, offset: int) -> str:
+        """A temporary copy (compressed as the file is) of the records before byte ``offset``."""
+        import gzip
+        import tempfile
+        import zlib
+
+        intact = bytearray()
+        with open(local, "rb") as fh:
+            if f.compression == "none":
+                intact += fh.read(offset)
+            else:
+                try:
+                    for record in read_records(fh, name=f.uri, compression=f.compression, verify=False):
+                        if len(intact) + len(record) + RECORD_OVERHEAD > offset:
+                            break
+                        intact += frame_records([record])
+                except CorruptRecordError:
+                    pass  # the bad record itself: everything before it is in `intact`
+        data = {"none": bytes, "gzip": gzip.compress, "zlib": zlib.compress}[f.compression](bytes(intact))
+        with tempfile.NamedTemporaryFile(prefix="tfrecord-io-intact-", suffix=".tfrecord", delete=False) as out:
+            out.write(data)
+        return out.name
+
+
 # ---------------------------------------------------------------------------------------
 # Building the pipeline
 # ---------------------------------------------------------------------------------------
@@ -605,7 +694,20 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
         if opts.shuffle and n > 1:
             file_ds = file_ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
+    guard = _LengthGuard(files, opts.on_corrupt, stats)
+
+    def guarded(path, index):
+        # Inside the file's element (see read_shard below): the walk of one file holds up no other.
+        out_path, out_comp = tf.numpy_function(guard, [path, index], [tf.string, tf.string], stateful=False)
+        out_path.set_shape([])
+        out_comp.set_shape([])
+        return out_path, out_comp
+
     def read_file(path, index, compression):
+        return (tf.data.Dataset.from_tensors((path, index)).map(guarded)
+                .flat_map(lambda p, c: read_checked(p, index, c)))
+
+    def read_checked(path, index, compression):
         records = tf.data.TFRecordDataset(path, compression_type=compression)
         # A read error (bad CRC, truncation) ends this file's stream, dropping the chunk it was
         # filling; the end-of-file check below says which file, where and why, and raises or
