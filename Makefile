@@ -2,13 +2,14 @@
 #   make demo   set up, then convert the demo data and train on it (see README)
 #   make test   set up, then run the whole test suite (what CI runs)
 #   make bench  set up, then run every benchmark in benchmarks/ and print its ratio table
+#   make fuzz   the framing reader and schema loader fuzz targets, for much longer than the suite
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench hadoop clean
+.PHONY: setup demo test bench fuzz hadoop clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The fuzz targets of the suite (tests/test_fuzz.py), run much longer than `make test` does.
+fuzz: $(STAMP)
+	TFRECORD_IO_FUZZ_EXAMPLES=$${TFRECORD_IO_FUZZ_EXAMPLES:-50000} $(PY) -m pytest -q tests/test_fuzz.py
 
 bench: setup
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done

@@ -401,7 +401,7 @@ def test_stats_beyond_exact_limit_end_to_end(tmp_path):
 def test_stats_errors(tmp_path, source):
     base, _ = source
     proc = cli("stats", base, "--logdir", "hdfs://127.0.0.1:1/logs", check=False)
-    assert proc.returncode == 1 and "local directory" in proc.stderr
+    assert proc.returncode == 2 and "local directory" in proc.stderr
     # a corrupt file: the error names the file and the offset
     bad = tmp_path / "bad.tfrecord"
     with tf.io.TFRecordWriter(str(bad)) as w:
@@ -414,6 +414,30 @@ def test_stats_errors(tmp_path, source):
     bad.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"bad\.tfrecord: corrupt TFRecord at byte offset \d+: data CRC"):
         compute_stats(resolve_source(str(bad)))
+
+
+def test_stats_says_when_there_is_nothing_or_the_manifest_lies(tmp_path):
+    from tfrecord_io import output as out_contract
+    from tfrecord_io.schema import Schema
+
+    schema = Schema.from_dict({"features": [{"name": "a", "type": "int64"}]})
+    empty = tmp_path / "empty"
+    out_contract.write_output(str(empty), [[], []], schema=schema, engine="test")
+    proc = cli("stats", str(empty), "--logdir", str(tmp_path / "l1"), check=False)
+    assert proc.returncode == 0 and "holds no records (2 file(s))" in proc.stderr, proc.stderr
+    import pyarrow as pa
+
+    from tfrecord_io.codec import encode_examples
+
+    lying = tmp_path / "lying"
+    out_contract.write_output(str(lying), [[encode_examples(pa.RecordBatch.from_pydict({"a": [1, 2, 3]}), schema)]],
+                              schema=schema, engine="test")
+    manifest = json.loads((lying / "_manifest.json").read_text())
+    manifest["files"][0]["records"] = 300
+    (lying / "_manifest.json").write_text(json.dumps(manifest))
+    proc = cli("stats", str(lying), "--logdir", str(tmp_path / "l2"), check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "_manifest.json says 300 records, the files hold 3" in proc.stderr and "tfrecord-io verify" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------

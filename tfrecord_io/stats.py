@@ -683,7 +683,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_logdir(args.logdir)  # before the long part
         source = resolve_source(args.source, compression=args.compression)
-        info = stats_to_dict(compute_stats(source, workers=args.workers), source)
+        computed = compute_stats(source, workers=args.workers)
+        info = stats_to_dict(computed, source)
         write_summaries(info, args.logdir)
         if args.report:
             from tfrecord_io import fs
@@ -693,7 +694,7 @@ def run(args: argparse.Namespace) -> int:
                 f.write(html.encode("utf-8"))
     except (OSError, ValueError, TypeError) as e:
         print(f"tfrecord-io stats: error: {e}", file=sys.stderr)
-        return 1
+        return 2  # the source cannot be read (the CLI contract: usage or unreadable source)
     if args.json:
         print(json.dumps(info, ensure_ascii=False, indent=2))
     else:
@@ -701,4 +702,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nTensorBoard summaries: {args.logdir}  (tensorboard --logdir {args.logdir})")
         if args.report:
             print(f"HTML report: {args.report}")
+    return _check_counts(computed.records, source)
+
+
+def _check_counts(records: int, source) -> int:
+    """0, or 3 (problems found) when the manifest's count is not what the files hold; a warning
+    when there is nothing to describe."""
+    listed = [f.manifest_records for f in source.files]
+    if source.manifest is not None and None not in listed and sum(listed) != records:
+        print(f"tfrecord-io stats: error: {source.uri}: _manifest.json says {sum(listed)} records, the files hold "
+              f"{records}: the statistics describe the files; run `tfrecord-io verify {source.uri}`", file=sys.stderr)
+        return 3
+    if records == 0:
+        print(f"tfrecord-io stats: warning: {source.uri} holds no records ({len(source.files)} file(s)): "
+              f"there is nothing to describe", file=sys.stderr)
     return 0
