@@ -277,13 +277,13 @@ def test_json_lines_every_problem_named():
             b'{"id": 18, "blob": "not base64!"}\n'
             b'{"id": 19, "x": NaN}')  # last line without newline
     rows, lines, rejects, total = parse(data, fmt="json")
-    assert total == 19 and [r["id"] for r in rows] == [1, 17, 19] and lines == [1, 18, 20]
+    # A JSON boolean is an int64 1/0 (tf.train.Example has no booleans): line 4's true is id 1.
+    assert total == 19 and [r["id"] for r in rows] == [1, 1, 17, 19] and lines == [1, 4, 18, 20]
     assert rows[0] == {"id": 1, "x": 2.0, "name": "a", "blob": b"blob", "tags": ["t"], "pair": [1, 2]}
-    assert rows[1]["x"] == -math.inf and math.isnan(rows[2]["x"])
+    assert rows[2]["x"] == -math.inf and math.isnan(rows[3]["x"])
     reasons = {r["line"]: r["reason"] for r in rejects}
     assert reasons == {
         3: "feature 'id': expected an integer, got 1.0",
-        4: "feature 'id': expected an integer, got True",
         5: "feature 'id': expected an integer, got '3'",
         6: "feature 'x': expected a number, got '1.5'",
         7: "feature 'name': expected a string, got 5",

@@ -1,10 +1,13 @@
 """tfrecord-io infer-schema on local and HDFS input."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tfrecord_io.infer import infer_columns, schema_yaml
 from tfrecord_io.schema import CsvOptions, Schema
@@ -37,7 +40,7 @@ def test_json_lines(tmp_path):
     assert (f["id"].type, f["score"].type) == ("int64", "float")
     assert f["tags"].type == "string" and f["tags"].shape == (-1,)
     assert f["vec"].type == "float" and f["vec"].shape == (-1,)
-    assert f["meta"].type == "string"
+    assert "meta" not in f and schema.ignore_columns == ("meta",)  # nested: no feature type takes it
 
 
 def test_directory_and_sample_limit(tmp_path):
@@ -76,3 +79,95 @@ def test_hdfs_input(hdfs, tmp_path):
         f.write(CSV.encode())
     schema = Schema.from_yaml(infer_text(uri, "csv"))
     assert schema.feature("fare").type == "float"
+
+
+# ---------------------------------------------------------------------------------------
+# The proposal converts the data it came from (issue #12 item 7, #15 item 2)
+# ---------------------------------------------------------------------------------------
+def test_na_tokens_are_nulls_with_defaults_and_null_values(tmp_path):
+    p = tmp_path / "flights.csv.gz"
+    import gzip
+
+    rows = ["year,dep_delay,carrier,tailnum,n"] + [f"2013,{'NA' if i % 3 == 0 else i - 5},UA,{'' if i % 4 else 'N1'},"
+                                                    f"{'NaN' if i % 5 == 0 else i}" for i in range(40)]
+    p.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))  # compressed input is read as such
+    text = infer_text(p, "csv")
+    schema = Schema.from_yaml(text)
+    f = {x.name: x for x in schema.features}
+    assert (f["year"].type, f["dep_delay"].type, f["carrier"].type, f["n"].type) == ("int64", "int64", "string",
+                                                                                      "int64")
+    assert f["dep_delay"].default == 0 and f["n"].default == 0 and f["year"].default is None
+    assert set(schema.csv.null_values) == {"", "NA", "NaN", "nan"}
+    assert "14 null(s) in 40 sampled rows" in text  # dep_delay: i % 3 == 0
+    custom = infer_columns(str(p), "csv", null_tokens=("",))
+    assert {c.name: c.type for c in custom}["dep_delay"] == "string"  # --null-values "" : NA is text
+
+
+def test_java_number_rules_as_the_converters(tmp_path):
+    p = tmp_path / "n.csv"
+    p.write_text("a,b,c,d\n 12,1_000,1.5f,7\n3,2,NaN,-8\n")
+    f = {x.name: x.type for x in Schema.from_yaml(infer_text(p, "csv")).features}
+    assert f == {"a": "float", "b": "string", "c": "float", "d": "int64"}  # " 12": Float.parseFloat only
+
+
+_cells = {
+    "int64": st.integers(-(2**63), 2**63 - 1).map(str),
+    "float": st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr),
+    "string": st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"),
+                      max_size=6),
+}
+
+
+@st.composite
+def _table(draw):
+    kinds = draw(st.lists(st.sampled_from(sorted(_cells)), min_size=1, max_size=4))
+    n = draw(st.integers(1, 12))
+    cols = [[draw(st.one_of(st.just("NA"), _cells[k])) if draw(st.booleans()) else draw(_cells[k])
+             for _ in range(n)] for k in kinds]
+    return [f"c{i}" for i in range(len(kinds))], kinds, [list(r) for r in zip(*cols)]
+
+
+def _write_csv(path: Path, names, kinds, rows) -> None:
+    import csv as pycsv
+
+    with open(path, "w", newline="") as fh:
+        w = pycsv.writer(fh, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(rows)
+
+
+def _write_jsonl(path: Path, names, kinds, rows) -> None:
+    """JSON values of each column's kind; "NA" leaves the key out."""
+    with open(path, "w") as fh:
+        for r in rows:
+            obj = {n: (int(c) if k == "int64" else float(c) if k == "float" else c)
+                   for n, k, c in zip(names, kinds, r) if c != "NA"}
+            fh.write(json.dumps(obj) + "\n")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)
+@given(table=_table(), fmt=st.sampled_from(["csv", "json"]))
+def test_inferred_schema_converts_its_own_data_with_zero_rejects_on_beam(tmp_path_factory, table, fmt):
+    _infer_then_convert("beam", None, tmp_path_factory.mktemp("p"), table, fmt)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)
+@given(table=_table(), fmt=st.sampled_from(["csv", "json"]))
+def test_inferred_schema_converts_its_own_data_with_zero_rejects_on_spark(spark, tmp_path_factory, table, fmt):
+    _infer_then_convert("spark", spark, tmp_path_factory.mktemp("p"), table, fmt)
+
+
+def _infer_then_convert(engine, session, tmp_path, table, fmt):
+    from conftest import convert
+
+    names, kinds, rows = table
+    data = tmp_path / f"in.{'csv' if fmt == 'csv' else 'jsonl'}"
+    (_write_csv if fmt == "csv" else _write_jsonl)(data, names, kinds, rows)
+    text = infer_text(data, fmt)
+    (tmp_path / "s.yaml").write_text(text)
+    manifest = convert(engine, session, str(data), fmt, str(tmp_path / "s.yaml"), str(tmp_path / "out"),
+                       allow_missing_columns=fmt == "json")  # a JSON column may be absent from every row
+    assert manifest["totals"]["rejected"] == 0, (text, rows)
+    assert manifest["totals"]["records"] == len(rows)

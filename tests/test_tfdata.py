@@ -367,10 +367,45 @@ def test_input_fn_with_a_real_strategy(tmp_path):
     dist = strategy.distribute_datasets_from_function(input_fn(out, batch_size=32, shuffle=False))
     ids = [i for batch in dist for i in batch[0]["id"].numpy().tolist()]
     assert sorted(ids) == list(range(128))
-    with pytest.raises(ValueError, match="cannot be shared by 3 input pipelines"):
-        input_fn(out, batch_size=6)(tf.distribute.InputContext(3, 0, 3))
     with pytest.raises(TypeError, match="unknown option"):
         input_fn(out, batch_size=6, bogus=1)
+
+
+def test_fewer_files_than_pipelines_shard_records_instead(tmp_path, caplog):
+    """One shard, three input pipelines (issue #15 item 4): each pipeline keeps every third record,
+    every record is read exactly once, and steps_per_epoch matches."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 100)])
+    fn = input_fn(out, batch_size=6, seed=None)
+    seen: Counter = Counter()
+    with caplog.at_level(logging.WARNING, logger="tfrecord_io.tfdata"):
+        for p in range(3):
+            got = unbatch(list(fn(tf.distribute.InputContext(3, p, 3))))
+            assert len(got) == (100 - p + 2) // 3
+            seen.update(i for i, _ in got)
+    assert sorted(seen) == list(range(100)) and set(seen.values()) == {1}
+    assert "1 file(s) for 3 input pipelines" in caplog.text
+    assert steps_per_epoch(out, 6, tf.distribute.InputContext(3, 0, 3)) == 33 // 2
+
+
+def test_features_subset_fits_a_keras_model_with_named_inputs(tmp_path):
+    """make_dataset(features=[...]) yields only those (and the label): model.fit takes it by name
+    (issue #15 item 5; with every feature, Keras would match inputs by position)."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 64)])
+    ds = make_dataset(out, batch_size=16, features=["x", "city"], shuffle=False, prefetch_to_device=False)
+    features, label = next(iter(ds))
+    assert set(features) == {"x", "city"} and label.dtype == tf.int64
+    x = tf.keras.Input(shape=(), name="x")
+    city = tf.keras.Input(shape=(), name="city", dtype=tf.string)
+    hashed = tf.keras.layers.Hashing(8, output_mode="one_hot")(tf.keras.layers.Reshape((1,))(city))
+    joined = tf.keras.layers.Concatenate()([tf.keras.layers.Reshape((1,))(x), hashed])
+    model = tf.keras.Model({"x": x, "city": city}, tf.keras.layers.Dense(1)(joined))
+    model.compile("sgd", "mse")
+    history = model.fit(ds, epochs=1, verbose=0)
+    assert len(history.history["loss"]) == 1
+    with pytest.raises(ValueError, match="did you mean 'city'"):
+        make_dataset(out, batch_size=16, features=["cty"])
 
 
 # ---------------------------------------------------------------------------------------

@@ -66,7 +66,6 @@ import binascii
 import csv
 import io
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
@@ -77,6 +76,11 @@ import pyarrow.compute as pc
 
 from tfrecord_io.codec import row_errors
 from tfrecord_io.options import DEFAULT_BLOCK_SIZE
+from tfrecord_io.values import BadValue as _BadValue
+from tfrecord_io.values import java_float as _java_float
+from tfrecord_io.values import java_long as _java_long
+from tfrecord_io.values import json_scalar as _json_scalar
+from tfrecord_io.values import show as _show
 from tfrecord_io.schema import Feature, Schema
 
 __all__ = [
@@ -86,7 +90,6 @@ __all__ = [
 
 FORMATS = ("csv", "json")
 _MAX_HEADER_BYTES = 1024 * 1024
-_SHOW = 60  # characters of a bad value shown in a reason
 _CAST_CHUNK = 1024  # bad cells are located by casting chunks of this many cells, then halving
 
 
@@ -179,15 +182,6 @@ def row_rejects(batch: pa.RecordBatch, schema: Schema) -> list[str | None]:
 # ---------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------
-def _show(value) -> str:
-    """A bad value for a message: repr, cut to a readable length, bytes shown as text."""
-    if isinstance(value, (bytes, bytearray)):  # shown as text, bad bytes as \xNN
-        text = "'" + bytes(value).decode("utf-8", "backslashreplace") + "'"
-    else:
-        text = repr(value)
-    return text if len(text) <= _SHOW else text[:_SHOW - 4] + "...'"
-
-
 def _cast_marking(arr: pa.Array, to_type: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
     """``arr.cast(to_type)`` with the cells that do not cast set to null and marked.
 
@@ -283,39 +277,6 @@ def _values_of(rows: pa.RecordBatch, indices, names: tuple[str, ...]) -> list[di
 # ---------------------------------------------------------------------------------------
 # Numbers as Java (Spark) reads them
 # ---------------------------------------------------------------------------------------
-_JAVA_SPACE = "".join(chr(c) for c in range(33))
-_JAVA_FLOAT = re.compile(r"[+-]?(?:NaN|Infinity|(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-                         r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+)[fFdD]?)")
-_JAVA_LONG = re.compile(r"[+-]?\d+")
-
-
-def _java_float(text: str) -> float | None:
-    """``Float.parseFloat`` (plus Spark's ``Inf``/``-Inf``), or None where Java would refuse."""
-    if text == "Inf":
-        return math.inf
-    if text == "-Inf":
-        return -math.inf
-    s = text.strip(_JAVA_SPACE)
-    if not _JAVA_FLOAT.fullmatch(s):
-        return None
-    if s.endswith("NaN"):
-        return math.nan
-    if s.endswith("Infinity"):
-        return -math.inf if s.startswith("-") else math.inf
-    body = s[:-1] if s[-1] in "fFdD" else s
-    try:
-        return float.fromhex(body) if "x" in body or "X" in body else float(body)
-    except (ValueError, OverflowError):
-        return None
-
-
-def _java_long(text: str) -> int | None:
-    if not _JAVA_LONG.fullmatch(text):
-        return None
-    v = int(text)
-    return v if -(2**63) <= v < 2**63 else None
-
-
 def _parse_numbers(cells: pa.Array, f: Feature) -> tuple[pa.Array, np.ndarray | None]:
     """Binary cells -> int64 / float32 as Java reads them: (values, bad mask or None).
 
@@ -871,47 +832,6 @@ def _values_from_text(text: str, file: _CsvFile) -> dict | None:
 # ---------------------------------------------------------------------------------------
 # JSON
 # ---------------------------------------------------------------------------------------
-class _BadValue(ValueError):
-    pass
-
-
-_JSON_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf,
-                     "INF": math.inf, "+INF": math.inf, "-INF": -math.inf}
-
-
-def _json_scalar(v, f: Feature, what: str):
-    if v is None:
-        return None
-    t = f.type
-    if t == "int64":
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise _BadValue(f"feature {f.name!r}: expected an integer{what}, got {_show(v)}")
-        if not -(2**63) <= v < 2**63:
-            raise _BadValue(f"feature {f.name!r}: {v} is out of the int64 range")
-        return v
-    if t == "float":
-        if isinstance(v, str) and v in _JSON_FLOAT_WORDS:
-            return _JSON_FLOAT_WORDS[v]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _BadValue(f"feature {f.name!r}: expected a number{what}, got {_show(v)}")
-        try:
-            return float(v)
-        except OverflowError as e:
-            raise _BadValue(f"feature {f.name!r}: {v} is too large for a float") from e
-    if not isinstance(v, str):
-        raise _BadValue(f"feature {f.name!r}: expected a string{what}, got {_show(v)}")
-    if t == "bytes":
-        try:
-            return base64.b64decode(v, validate=True)
-        except (binascii.Error, ValueError) as e:
-            raise _BadValue(f"feature {f.name!r}: bytes are base64 in JSON, and {_show(v)} is not") from e
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise _BadValue(f"feature {f.name!r}: not valid Unicode (a lone surrogate escape): {_show(v)}") from e
-    return v
-
-
 def _json_value(v, f: Feature):
     if v is None or not f.is_list:
         if isinstance(v, (list, dict)):

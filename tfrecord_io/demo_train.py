@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-TAXI_SCHEMA = Path(__file__).resolve().parent.parent / "conf" / "taxi.yaml"
+TAXI_SCHEMA = Path(__file__).resolve().parent / "schemas" / "taxi.yaml"  # conf/taxi.yaml links here
 
 
 # Plausible ranges [lo, hi) for the demo's integer columns.

@@ -134,7 +134,23 @@ def _check_magic(uri: str, codec: str, head: bytes) -> None:
                                  f"extension; {fix}")
 
 
-class DecompressingReader(io.RawIOBase):
+class _Wrapping(io.RawIOBase):
+    """A read-only raw stream over another stream ``self._raw``, which it closes."""
+
+    _raw: BinaryIO
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._raw.close()
+            finally:
+                super().close()
+
+
+class DecompressingReader(_Wrapping):
     """A read-only stream of the decompressed bytes of ``raw`` (gzip, bzip2 or zlib), strict about
     truncation, corruption and trailing garbage (see the module doc).  ``uri`` names the file in
     errors; ``consumed`` is the compressed offset reached."""
@@ -156,9 +172,6 @@ class DecompressingReader(io.RawIOBase):
     @property
     def consumed(self) -> int:
         return self._consumed
-
-    def readable(self) -> bool:
-        return True
 
     def _error(self, what: str, e: BaseException | None = None) -> ValueError:
         return ValueError(f"{self._uri}: {what} at compressed byte {self._consumed}"
@@ -205,13 +218,6 @@ class DecompressingReader(io.RawIOBase):
         self._out = self._out[n:]
         return n
 
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self._raw.close()
-            finally:
-                super().close()
-
 
 def open_input(uri: str, opener: Callable[[str, str], BinaryIO] | None = None) -> BinaryIO:
     """Open an input file for reading its (decompressed) bytes; see the module doc.
@@ -233,7 +239,7 @@ def open_input(uri: str, opener: Callable[[str, str], BinaryIO] | None = None) -
     return io.BufferedReader(DecompressingReader(buffered, codec, uri), _CHUNK)
 
 
-class LineRange(io.RawIOBase):
+class LineRange(_Wrapping):
     """The lines of a seekable binary stream that start in ``[start, end)`` (see the module doc).
 
     ``lines`` is the number of lines delivered so far (a last line without a newline counts).
@@ -265,9 +271,6 @@ class LineRange(io.RawIOBase):
                 return
             self._pos += len(chunk)
 
-    def readable(self) -> bool:
-        return True
-
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
         if self._done:
@@ -295,13 +298,6 @@ class LineRange(io.RawIOBase):
         self._last = data[take - 1:take]
         return take
 
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self._raw.close()
-            finally:
-                super().close()
-
 
 def open_line_range(uri: str, start: int, end: int) -> tuple[BinaryIO, LineRange]:
     """A buffered stream of the lines of ``uri`` that start in ``[start, end)``, and the
@@ -317,24 +313,14 @@ def open_line_range(uri: str, start: int, end: int) -> tuple[BinaryIO, LineRange
     return io.BufferedReader(rng, _CHUNK), rng
 
 
-class _Raw(io.RawIOBase):
+class _Raw(_Wrapping):
     """Any object with ``read(n)`` as a raw stream (for BufferedReader's ``peek``)."""
 
     def __init__(self, f):
-        self._f = f
-
-    def readable(self) -> bool:
-        return True
+        self._raw = f
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
-        data = self._f.read(len(view))
+        data = self._raw.read(len(view))
         view[:len(data)] = data
         return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self._f.close()
-            finally:
-                super().close()

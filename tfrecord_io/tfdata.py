@@ -439,15 +439,43 @@ def _resolve_schema(schema: Any, src: Source) -> Schema:
     return resolved
 
 
-def _pipeline_files(files: Sequence[ShardFile], input_context) -> list[ShardFile]:
-    """This input pipeline's files: every ``num_input_pipelines``-th, from ``input_pipeline_id``."""
+def _pipeline_files(files: Sequence[ShardFile], input_context) -> tuple[list[ShardFile], tuple[int, int] | None]:
+    """This input pipeline's files -- every ``num_input_pipelines``-th, from ``input_pipeline_id`` --
+    and None; or, with fewer files than pipelines, all files and ``(pipelines, id)``: the pipeline
+    then takes every n-th record (each pipeline reads every file: slower, with a warning)."""
     if input_context is None:
-        return list(files)
+        return list(files), None
     n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
     if len(files) < n:
-        raise ValueError(f"{len(files)} files cannot be shared by {n} input pipelines (each pipeline reads "
-                         f"whole files); write at least {n} shards")
-    return list(files[i::n])
+        log.warning("%d file(s) for %d input pipelines: each pipeline reads every file and keeps every %d-th "
+                    "record (write at least %d shards to give each pipeline its own files)", len(files), n, n, n)
+        return list(files), (n, i)
+    return list(files[i::n]), None
+
+
+def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
+    """``schema`` narrowed to the features ``names`` (and its label): what ``make_dataset(features=)``
+    parses.  ValueError naming an unknown feature and the closest one."""
+    if names is None:
+        return schema
+    if isinstance(names, str):
+        raise TypeError("features= takes a list of feature names, not a string")
+    known = {f.name for f in schema.input_features}
+    for name in names:
+        if name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; features: {sorted(known)}"
+            raise ValueError(f"features=: no feature named {name!r} in the schema{hint}")
+    keep = set(names) | ({schema.label} if schema.label else set())
+    if schema.record_type == "example":
+        return dataclasses.replace(schema, features=tuple(f for f in schema.features if f.name in keep),
+                                   ignore_columns=())
+    keep |= {schema.group_by}
+    return dataclasses.replace(schema, context=tuple(f for f in schema.context if f.name in keep),
+                               sequence=tuple(f for f in schema.sequence if f.name in keep) or schema.sequence[:1],
+                               order_by=schema.order_by if schema.order_by in keep else None, ignore_columns=())
 
 
 # ---------------------------------------------------------------------------------------
@@ -898,10 +926,12 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
                  prefetch_to_device: bool | str = "auto", drop_remainder: bool = False,
                  ragged: bool = False, cycle_length: int | None = None, cache_dir: str | None = None,
                  cache_files: int | None = None, download_threads: int = 2, autotune: bool | None = None,
-                 stats: LoaderStats | None = None):
+                 stats: LoaderStats | None = None, features: Sequence[str] | None = None):
     """A ``tf.data.Dataset`` of parsed batches from ``source`` (see the module doc and :class:`LoaderOptions`).
 
-    Yields a features dict, or ``(features, label)`` when the schema names a label.  The
+    Yields a features dict, or ``(features, label)`` when the schema names a label.
+    ``features``: parse and yield only these (and the label), e.g. the named inputs of a Keras
+    model (Keras matches a dict by name, but only when it holds exactly the model's inputs).  The
     returned dataset carries ``loader_stats`` (a :class:`LoaderStats`; pass ``stats=`` to share
     one, e.g. across the pipelines of an :func:`input_fn`).
     """
@@ -920,9 +950,13 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
     if isinstance(source, Source) and opts.compression != "auto":
         src = dataclasses.replace(src, files=tuple(dataclasses.replace(f, compression=opts.compression)
                                                    for f in src.files))
-    resolved_schema = _resolve_schema(schema, src)
+    resolved_schema = select_features(_resolve_schema(schema, src), features)
     parse = _parser(resolved_schema, opts.ragged)
-    files = _pipeline_files(src.files, input_context)
+    files, record_shard = _pipeline_files(src.files, input_context)
+    if record_shard is not None and opts.shuffle and opts.seed is None:
+        opts = dataclasses.replace(opts, seed=0)  # every pipeline must read the files in one order
+    if record_shard is not None:
+        opts = dataclasses.replace(opts, deterministic=True)
     batch = opts.batch_size
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(opts.batch_size)
@@ -931,6 +965,8 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
         ds = _reader(files, opts, stats)
     else:
         ds = tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string))
+    if record_shard is not None:  # fewer files than pipelines: each takes every n-th record
+        ds = ds.unbatch().shard(*record_shard).batch(CHUNK_RECORDS)
     if opts.shuffle:
         ds = _shuffle_records(ds, opts)
     ds = ds.rebatch(batch, drop_remainder=opts.drop_remainder)
@@ -998,10 +1034,11 @@ def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remaind
     per_replica = input_context.get_per_replica_batch_size(batch_size)
     pipelines = input_context.num_input_pipelines
     replicas_per_pipeline = max(1, input_context.num_replicas_in_sync // pipelines)
-    if len(src.files) < pipelines:
-        raise ValueError(f"{len(src.files)} files cannot be shared by {pipelines} input pipelines")
     steps = []
     for p in range(pipelines):
-        records = sum(f.records for f in src.files[p::pipelines])
+        if len(src.files) < pipelines:  # each pipeline keeps every n-th record (see _pipeline_files)
+            records = (src.total_records - p + pipelines - 1) // pipelines
+        else:
+            records = sum(f.records for f in src.files[p::pipelines])
         steps.append(records // (per_replica * replicas_per_pipeline))
     return min(steps)

@@ -1,0 +1,90 @@
+"""The package works once pip-installed, outside the source checkout (issue #12, item 4).
+
+The suite builds a wheel of this checkout, installs it (without dependencies) into a fresh venv
+whose dependencies come from the test venv by a path entry, and runs the commands from a
+directory far from the checkout: ``tfrecord_io`` must come from the wheel, and the Beam pipeline,
+the demo's schema and every ``tfrecord-io`` command must be found there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("installed")
+    wheels = base / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheels), str(REPO)], check=True, capture_output=True, text=True, timeout=600)
+    (wheel,) = wheels.glob("tfrecord_io-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # Dependencies from the test venv: a plain path entry (its .pth files, among them the editable
+    # install of this checkout, are not processed).
+    Path(site, "test-venv-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, str(wheel)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    bindir = venv / "bin"
+    (bindir / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.cli import main\nsys.exit(main())\n")
+    (bindir / "tfrecord-io").chmod(0o755)
+    return venv
+
+
+def _run(venv: Path, *args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PYSPARK_PYTHON=str(venv / "bin" / "python"), TF_CPP_MIN_LOG_LEVEL="3",
+               PATH=f"{venv / 'bin'}:{Path(sys.executable).parent}:{env.get('PATH', '')}",
+               SPARK_HOME=str(Path(__import__("pyspark").__file__).parent))
+    proc = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_path):
+    py, cli = str(installed / "bin" / "python"), str(installed / "bin" / "tfrecord-io")
+    where = _run(installed, py, "-c", "import tfrecord_io, os; print(os.path.dirname(tfrecord_io.__file__))",
+                 cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(installed)) and not where.startswith(str(REPO)), where
+    schema = _run(installed, py, "-c", "from tfrecord_io.demo_train import TAXI_SCHEMA; print(TAXI_SCHEMA)",
+                  cwd=tmp_path).stdout.strip()
+    assert schema.startswith(str(installed)) and Path(schema).is_file()  # package data
+
+    data = tmp_path / "in.csv"
+    data.write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(50)) + "oops,1\n")
+    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    common = ["--input", str(data), "--format", "csv", "--schema", str(tmp_path / "s.yaml"),
+              "--max-reject-fraction", "0.1"]
+    _run(installed, cli, "convert", "--engine", "beam", *common, "--output", str(tmp_path / "beam"),
+         "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
+    _run(installed, py, "-m", "tfrecord_io.beam", *common, "--output", str(tmp_path / "beam2"),
+         "--runner=FnApiRunner", cwd=tmp_path)
+    done = _run(installed, cli, "convert", "--engine", "spark", "--master", "local[1]", *common,
+                "--output", str(tmp_path / "spark"), cwd=tmp_path)
+    event = json.loads(done.stdout.strip().splitlines()[-1])
+    assert event["totals"] == {"input_rows": 51, "records": 50, "rejected": 1}
+    for out in ("beam", "beam2", "spark"):
+        assert (tmp_path / out / "_SUCCESS").exists()
+    _run(installed, cli, "inspect", str(tmp_path / "spark"), "--head", "1", cwd=tmp_path)
+    _run(installed, cli, "verify", str(tmp_path / "spark"), cwd=tmp_path)
+    _run(installed, cli, "stats", str(tmp_path / "spark"), "--logdir", str(tmp_path / "logs"), cwd=tmp_path)
+    inferred = _run(installed, cli, "infer-schema", "--input", str(data), "--format", "csv", cwd=tmp_path)
+    assert "name: \"id\"" in inferred.stdout or "name: id" in inferred.stdout
+    _run(installed, cli, "demo", "--rows", "2000", "--epochs", "1", "--workdir", str(tmp_path / "demo"),
+         cwd=tmp_path)
+    assert (tmp_path / "demo" / "tfrecords" / "_SUCCESS").exists()
