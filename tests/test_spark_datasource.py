@@ -1,0 +1,157 @@
+"""``df.write.format("tfrecord")`` (issue #13, section 1) on real Spark, read back with TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import spark_submit
+from tfrecord_io import output, spark_datasource
+from tfrecord_io.tfdata import make_dataset
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def tfspark(spark):
+    spark_datasource.register(spark)
+    return spark
+
+
+def _frame(spark, n: int = 50, partitions: int = 3):
+    from pyspark.sql import functions as F
+
+    df = spark.range(n).select(
+        F.col("id"), F.col("id").cast("int").alias("small"), (F.col("id") / 4).alias("x"),
+        F.when(F.col("id") % 5 == 0, None).otherwise(F.concat(F.lit("c"), F.col("id").cast("string"))).alias("city"),
+        F.array(F.col("id").cast("float"), F.lit(0.5)).alias("vec"), (F.col("id") % 2 == 0).alias("even"),
+        F.col("id").cast("string").cast("binary").alias("blob"))
+    return df.repartition(partitions)
+
+
+def _read_back(out: str) -> dict[int, dict]:
+    got = {}
+    for batch in make_dataset(out, batch_size=64, shuffle=False, prefetch_to_device=False):
+        features = batch[0] if isinstance(batch, tuple) else batch
+        for i, ident in enumerate(features["id"].numpy().tolist()):
+            got[ident] = {k: (v[i].numpy() if not isinstance(v, tf.RaggedTensor) else v[i].numpy())
+                          for k, v in features.items()}
+    return got
+
+
+def test_dataframe_written_and_read_back_with_the_derived_schema(tfspark, tmp_path):
+    out = str(tmp_path / "out")
+    _frame(tfspark).write.format("tfrecord").mode("append").save(out)
+    manifest = output.read_manifest(out)
+    assert manifest["totals"] == {"input_rows": 50, "records": 50, "rejected": 0}
+    types = {f["name"]: (f["type"], f.get("shape")) for f in manifest["schema"]["features"]}
+    assert types == {"id": ("int64", None), "small": ("int64", None), "x": ("float", None),
+                     "city": ("string", None), "vec": ("float", [-1]), "even": ("int64", None),
+                     "blob": ("bytes", None)}
+    assert sorted(f["path"] for f in manifest["files"]) == [f"part-0000{k}-of-00003.tfrecord" for k in range(3)]
+    assert (Path(out) / "_SUCCESS").exists() and not (Path(out) / "_temporary").exists()
+    # the derived schema has no defaults: read the nullable 'city' with the loader's ragged-free subset
+    got = {}
+    for features in make_dataset(out, batch_size=64, shuffle=False, prefetch_to_device=False,
+                                 features=["id", "x", "vec", "even", "blob", "small"]):
+        for i, ident in enumerate(features["id"].numpy().tolist()):
+            got[ident] = (float(features["x"][i]), features["vec"][i].numpy().tolist(), int(features["even"][i]),
+                          features["blob"][i].numpy(), int(features["small"][i]))
+    assert got == {i: (i / 4, [float(i), 0.5], int(i % 2 == 0), str(i).encode(), i) for i in range(50)}
+
+
+def test_from_parquet_with_a_schema_and_gzip_via_sparks_codec_option(tfspark, tmp_path):
+    parquet = str(tmp_path / "in.parquet")
+    _frame(tfspark).write.parquet(parquet)
+    schema = tmp_path / "s.yaml"
+    schema.write_text(textwrap.dedent("""\
+        features:
+          - {name: id, type: int64, required: true}
+          - {name: x, type: float, default: 0.0}
+          - {name: city, type: string, default: "?"}
+        label: id
+        ignore_columns: [small, vec, even, blob]
+        """))
+    out = str(tmp_path / "out")
+    (tfspark.read.parquet(parquet).write.format("tfrecord").mode("overwrite").option("schema", str(schema))
+     .option("codec", "org.apache.hadoop.io.compress.GzipCodec").save(out))
+    manifest = output.read_manifest(out)
+    assert manifest["compression"] == "gzip" and all(f["path"].endswith(".tfrecord.gz") for f in manifest["files"])
+    seen = {}
+    for features, label in make_dataset(out, batch_size=64, shuffle=False, prefetch_to_device=False):
+        for i, ident in enumerate(label.numpy().tolist()):
+            seen[ident] = (float(features["x"][i]), features["city"][i].numpy().decode())
+    assert seen == {i: (i / 4, "?" if i % 5 == 0 else f"c{i}") for i in range(50)}
+
+
+def test_unwritable_types_and_misspelled_features_fail_before_any_task(tfspark, tmp_path):
+    from pyspark.sql import functions as F
+
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="column 'm' has type map<string,bigint>.*to_json"):
+        tfspark.range(3).select(F.create_map(F.lit("k"), F.col("id")).alias("m")).write.format("tfrecord") \
+            .mode("append").save(str(out))
+    assert not out.exists()
+    schema = tmp_path / "s.yaml"
+    schema.write_text("features:\n  - {name: idd, type: int64}\n")
+    with pytest.raises(Exception, match="feature 'idd' is not a column of the DataFrame \\(did you mean 'id'\\?\\)"):
+        tfspark.range(3).write.format("tfrecord").mode("append").option("schema", str(schema)).save(str(out))
+
+
+def test_append_into_an_output_refuses_and_overwrite_replaces(tfspark, tmp_path):
+    out = str(tmp_path / "out")
+    tfspark.range(10).write.format("tfrecord").mode("append").save(out)
+    with pytest.raises(Exception, match="is not empty: Spark's append mode would mix two outputs"):
+        tfspark.range(5).write.format("tfrecord").mode("append").save(out)
+    assert output.read_manifest(out)["totals"]["records"] == 10
+    tfspark.range(5).repartition(2).write.format("tfrecord").mode("overwrite").save(out)
+    manifest = output.read_manifest(out)
+    assert manifest["totals"]["records"] == 5 and len(manifest["files"]) == 2
+    assert sorted(p.name for p in Path(out).iterdir()) == ["_SUCCESS", "_manifest.json",
+                                                          "part-00000-of-00002.tfrecord",
+                                                          "part-00001-of-00002.tfrecord"]
+
+
+def test_rows_that_break_the_schema_are_rejects_not_failures(tfspark, tmp_path):
+    from pyspark.sql import functions as F
+
+    schema = tmp_path / "s.yaml"
+    schema.write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float, required: true}\n")
+    out = str(tmp_path / "out")
+    df = tfspark.range(20).select("id", F.when(F.col("id") == 7, None).otherwise(F.col("id") * 1.5).alias("x"))
+    df.write.format("tfrecord").mode("append").option("schema", str(schema)).option("maxRejectFraction", "0.1") \
+        .save(out)
+    manifest = output.read_manifest(out)
+    assert manifest["totals"] == {"input_rows": 20, "records": 19, "rejected": 1}
+    (reject,) = [json.loads(line) for f in manifest["rejects"] for line in (Path(out) / f["path"]).read_text()
+                 .splitlines()]
+    assert reject["reason"] == "feature 'x': required, got null" and json.loads(reject["raw"]) == {"id": 7, "x": None}
+
+
+def test_a_task_attempt_that_dies_mid_write_leaves_exactly_once_output(tmp_path):
+    """spark-submit local[2,4]: every partition's first attempt dies after its first batch."""
+    script = tmp_path / "write_df.py"
+    out = tmp_path / "out"
+    script.write_text(textwrap.dedent(f"""\
+        from pyspark.sql import SparkSession
+        from tfrecord_io import spark_datasource
+        spark = SparkSession.builder.getOrCreate()
+        spark_datasource.register(spark)
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+        spark.range(20000).repartition(4).write.format("tfrecord").mode("append").save({str(out)!r})
+        spark.stop()
+        """))
+    proc = spark_submit([str(script)], master="local[2,4]", env={"TFRECORD_IO_FAIL_FIRST_ATTEMPT": "*"})
+    assert "killing task attempt" in proc.stderr
+    manifest = output.read_manifest(str(out))
+    assert manifest["totals"]["records"] == 20000 and len(manifest["files"]) == 4
+    ids = np.sort(np.concatenate([f["id"].numpy() for f in make_dataset(str(out), batch_size=5000, shuffle=False,
+                                                                        prefetch_to_device=False)]))
+    assert np.array_equal(ids, np.arange(20000))
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json"] + \
+        [f"part-0000{k}-of-00004.tfrecord" for k in range(4)]
