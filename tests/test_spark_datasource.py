@@ -155,3 +155,75 @@ def test_a_task_attempt_that_dies_mid_write_leaves_exactly_once_output(tmp_path)
     assert np.array_equal(ids, np.arange(20000))
     assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json"] + \
         [f"part-0000{k}-of-00004.tfrecord" for k in range(4)]
+
+
+# ----------------------------------------------------------------------------- reading
+def test_read_back_what_was_written_typed_by_the_manifest(tfspark, tmp_path):
+    out = str(tmp_path / "out")
+    df = _frame(tfspark)
+    df.write.format("tfrecord").mode("append").save(out)
+    back = tfspark.read.format("tfrecord").load(out)
+    assert back.rdd.getNumPartitions() == 3  # one per file
+    assert dict(back.dtypes) == {"id": "bigint", "small": "bigint", "x": "float", "city": "string",
+                                 "vec": "array<float>", "even": "bigint", "blob": "binary"}
+    got = sorted(back.collect(), key=lambda r: r["id"])
+    want = sorted(df.collect(), key=lambda r: r["id"])
+    assert [(r["id"], r["small"], r["x"], r["city"], r["vec"], r["even"], r["blob"]) for r in got] == \
+        [(r["id"], r["small"], float(np.float32(r["x"])), r["city"], r["vec"], int(r["even"]), bytes(r["blob"]))
+         for r in want]
+
+
+def test_reads_files_written_by_tensorflow_and_beam_inferring_the_schema(tfspark, tmp_path):
+    import apache_beam as beam
+
+    examples = []
+    for i in range(30):
+        ex = tf.train.Example()
+        ex.features.feature["id"].int64_list.value.append(i)
+        ex.features.feature["w"].float_list.value.extend([i / 2, 1.0])
+        ex.features.feature["name"].bytes_list.value.append(f"n{i}".encode())
+        examples.append(ex.SerializeToString())
+    (tmp_path / "tf").mkdir()
+    with tf.io.TFRecordWriter(str(tmp_path / "tf" / "a.tfrecord.gz"), options="GZIP") as w:
+        for e in examples:
+            w.write(e)
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        _ = p | beam.Create(examples) | beam.io.WriteToTFRecord(str(tmp_path / "beam" / "part"),
+                                                                 file_name_suffix=".tfrecord", num_shards=2)
+    for source in ("tf", "beam"):
+        df = tfspark.read.format("tfrecord").load(str(tmp_path / source))
+        assert dict(df.dtypes) == {"id": "bigint", "name": "string", "w": "array<float>"}, source
+        rows = sorted((r["id"], r["name"], r["w"]) for r in df.collect())
+        assert rows == [(i, f"n{i}", [i / 2, 1.0]) for i in range(30)], source
+
+
+def test_a_corrupt_file_fails_naming_path_and_offset_or_is_skipped(tfspark, tmp_path):
+    out = str(tmp_path / "out")
+    tfspark.range(100).coalesce(1).write.format("tfrecord").mode("append").save(out)
+    (shard,) = [p for p in Path(out).iterdir() if p.name.startswith("part-")]
+    data = bytearray(shard.read_bytes())
+    record = len(data) // 100
+    data[60 * record + 14] ^= 0xFF  # inside the data of record 60
+    shard.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=rf"{shard}: corrupt TFRecord at byte offset {60 * record}: data CRC"):
+        tfspark.read.format("tfrecord").load(out).collect()
+    kept = tfspark.read.format("tfrecord").option("onCorrupt", "skip").load(out).collect()
+    assert sorted(r["id"] for r in kept) == list(range(60))
+
+
+def test_sequence_examples_read_as_context_and_step_arrays(tfspark, tmp_path):
+    from tfrecord_io.spark import ConversionOptions, run_conversion
+
+    lines = [json.dumps({"session_id": f"s{k}", "country": "fr", "ts": t, "item": f"i{t}", "price": t * 1.5,
+                         "tags": ["a"] * t}) for k in range(3) for t in range(4)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    out = str(tmp_path / "seq")
+    run_conversion(tfspark, ConversionOptions(inputs=str(tmp_path / "in.jsonl"), input_format="json",
+                                              schema=str(Path(__file__).parent.parent / "conf" / "sessions.yaml"),
+                                              output=out))
+    df = tfspark.read.format("tfrecord").load(out)
+    assert dict(df.dtypes)["ts"] == "array<bigint>" and dict(df.dtypes)["tags"] == "array<array<string>>"
+    rows = {r["session_id"]: r for r in df.collect()}
+    assert sorted(rows) == ["s0", "s1", "s2"]
+    assert rows["s1"]["ts"] == [0, 1, 2, 3] and rows["s1"]["item"] == ["i0", "i1", "i2", "i3"]
+    assert rows["s1"]["tags"] == [[], ["a"], ["a", "a"], ["a", "a", "a"]] and rows["s1"]["country"] == "fr"

@@ -1,8 +1,18 @@
-"""``df.write.format("tfrecord")`` for Spark 4: a Python data source on our encoder and output contract.
+"""The ``tfrecord`` format for Spark 4 DataFrames: a Python data source on our encoder and output contract.
 
     import tfrecord_io.spark_datasource as tfds
     tfds.register(spark)
     df.write.format("tfrecord").mode("overwrite").option("compression", "gzip").save("hdfs://nn/out/trips")
+    spark.read.format("tfrecord").load("hdfs://nn/out/trips")
+
+Reading gives one column per feature, typed by the output's ``_manifest.json``, an explicit
+``schema`` option (YAML), or ``.schema(StructType)``; for files with neither (written by
+TensorFlow, Beam or spark-tfrecord) the schema is inferred from the first
+:data:`INFER_SAMPLE_RECORDS` records.  One partition per file (TFRecord files do not split),
+compression from the manifest or the file's extension, both CRCs checked: a corrupt file fails
+the job naming its path and byte offset (``option("onCorrupt", "skip")`` keeps the intact
+records before it).  SequenceExamples give their context columns and an array (of steps) column
+per feature list.
 
 What it writes is the job's output contract (:mod:`tfrecord_io.output`): ``part-NNNNN-of-MMMMM
 .tfrecord[.gz|.zlib]`` (one per DataFrame partition), ``_rejects/``, ``_manifest.json`` with the
@@ -40,12 +50,13 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition,
+                                    WriterCommitMessage)
 
 from tfrecord_io import codec, columns, fs, output
 from tfrecord_io.schema import Feature, Schema, SchemaError
 
-__all__ = ["TFRecordDataSource", "register", "schema_from_spark"]
+__all__ = ["TFRecordDataSource", "register", "schema_from_records", "schema_from_spark", "spark_struct"]
 
 _CODECS = {"none": "none", "uncompressed": "none", "gzip": "gzip", "zlib": "zlib",
            "org.apache.hadoop.io.compress.gzipcodec": "gzip", "org.apache.hadoop.io.compress.defaultcodec": "zlib",
@@ -73,6 +84,11 @@ def _scalar_type(dt) -> str | None:
     if isinstance(dt, T.BinaryType):
         return "bytes"
     return None
+
+
+def schema_from_struct(struct) -> Schema:
+    """The TFRecord schema that a user's ``.schema(StructType)`` for reading describes."""
+    return schema_from_spark(struct)
 
 
 def schema_from_spark(struct) -> Schema:
@@ -216,6 +232,52 @@ class TFRecordDataSource(DataSource):
     def name(cls) -> str:
         return "tfrecord"
 
+    def _source(self):
+        opts = {k.lower(): v for k, v in self.options.items()}
+        path = opts.get("path")
+        if not path:
+            raise ValueError("spark.read.format('tfrecord') needs a path: .load(path)")
+        files, manifest_schema = _files_of(path.rstrip("/") or "/")
+        if "schema" in opts:
+            return files, Schema.load(opts["schema"]), opts
+        if manifest_schema is not None:
+            return files, manifest_schema, opts
+        return files, None, opts
+
+    def schema(self):
+        from tfrecord_io.framing import read_records
+
+        files, schema, _ = self._source()
+        if schema is None:  # infer from a bounded sample of the first files' records
+            sample: list[bytes] = []
+            for uri, comp in files:
+                with fs.open(uri, "rb") as f:
+                    for data in read_records(f, name=uri, compression=comp):
+                        sample.append(data)
+                        if len(sample) >= INFER_SAMPLE_RECORDS:
+                            break
+                if len(sample) >= INFER_SAMPLE_RECORDS:
+                    break
+            schema = schema_from_records(sample)
+        return spark_struct(schema)
+
+    def reader(self, schema) -> _Reader:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        files, tf_schema, opts = self._source()
+        if tf_schema is None:
+            tf_schema = schema_from_struct(schema)
+        known = {f.name for f in tf_schema.input_features}
+        unknown = [f.name for f in schema.fields if f.name not in known]
+        if unknown:
+            raise ValueError(f"column(s) {unknown} are not features of the records' schema "
+                             f"{sorted(known)}")
+        on_corrupt = opts.get("oncorrupt", "error").lower()
+        if on_corrupt not in ("error", "skip"):
+            raise ValueError(f"onCorrupt must be error or skip, got {opts['oncorrupt']!r}")
+        cols = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
+        return _Reader(files, tf_schema, cols, on_corrupt)
+
     def writer(self, schema, overwrite: bool) -> _Writer:
         opts = {k.lower(): v for k, v in self.options.items()}
         path = opts.get("path")
@@ -257,3 +319,153 @@ class TFRecordDataSource(DataSource):
 
 def _true(value) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: spark.read.format("tfrecord").load(path)
+# ---------------------------------------------------------------------------------------------
+INFER_SAMPLE_RECORDS = 1000
+_SPARK_TYPES = {"int64": "bigint", "float": "float", "string": "string", "bytes": "binary"}
+
+
+def spark_struct(schema: Schema) -> str:
+    """The DataFrame schema (DDL) of a TFRecord schema: a column per feature (Examples), or the
+    context columns plus an array (of steps) column per sequence feature (SequenceExamples)."""
+    def ddl(f: Feature, steps: bool = False) -> str:
+        t = _SPARK_TYPES[f.type]
+        t = f"array<{t}>" if f.is_list else t
+        t = f"array<{t}>" if steps else t
+        return f"`{f.name.replace('`', '``')}` {t}"
+
+    if schema.record_type == "example":
+        return ", ".join(ddl(f) for f in schema.features)
+    return ", ".join([ddl(f) for f in schema.context] + [ddl(f, steps=True) for f in schema.sequence])
+
+
+def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None]:
+    """[(file, compression)] of a source, and the manifest's schema if it has one."""
+    from tfrecord_io import inputs
+    from tfrecord_io.framing import compression_from_path
+
+    if fs.isdir(path) and fs.exists(fs.join(path, output.MANIFEST)):
+        manifest = output.read_manifest(path)
+        comp = manifest.get("compression", "none")
+        return [(fs.join(path, f["path"]), comp) for f in manifest["files"]], Schema.from_dict(manifest["schema"])
+    files = [f.path for f in inputs.list_inputs(path)]
+    return [(f, "zlib" if f.endswith(".deflate") else compression_from_path(f)) for f in files], None
+
+
+def schema_from_records(records) -> Schema:
+    """A schema inferred from decoded records (as spark-tfrecord infers): int64_list -> int64,
+    float_list -> float, bytes_list -> string (bytes when not UTF-8); a list when any record holds
+    more or fewer than one value; feature lists make a SequenceExample."""
+    from tfrecord_io.decode import decode_record
+
+    kinds: dict[str, str] = {}
+    listy: dict[str, bool] = {}
+    binary: set[str] = set()
+    seq_kinds: dict[str, str] = {}
+    seq_listy: dict[str, bool] = {}
+    for data in records:
+        rec = decode_record(data)
+        for name, (kind, values) in rec.features.items():
+            if kind is not None:
+                kinds.setdefault(name, kind)
+            listy[name] = listy.get(name, False) or len(values) != 1
+            if kind == "bytes_list" and any(not _utf8(v) for v in values):
+                binary.add(name)
+        for name, steps in (rec.feature_lists or {}).items():
+            for kind, values in steps:
+                if kind is not None:
+                    seq_kinds.setdefault(name, kind)
+                seq_listy[name] = seq_listy.get(name, False) or len(values) != 1
+    if not kinds and not seq_kinds:
+        raise ValueError("no records to infer a schema from: pass option('schema', ...) or .schema(...)")
+
+    def feature(name, kind, is_list) -> Feature:
+        t = {"int64_list": "int64", "float_list": "float"}.get(kind, "bytes" if name in binary else "string")
+        return Feature(name=name, type=t, shape=(-1,) if is_list else None)
+
+    if not seq_kinds:
+        return Schema(features=tuple(feature(n, k, listy[n]) for n, k in sorted(kinds.items())))
+    context = tuple(feature(n, k, listy[n]) for n, k in sorted(kinds.items()))
+    sequence = tuple(feature(n, k, seq_listy[n]) for n, k in sorted(seq_kinds.items()))
+    key = context[0].name if context else None
+    if key is None:
+        raise ValueError("SequenceExamples without context features: pass option('schema', ...)")
+    return Schema(record_type="sequence_example", context=context, sequence=sequence, group_by=key)
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@dataclass(frozen=True)
+class _File(InputPartition):
+    uri: str
+    compression: str
+
+
+@dataclass
+class _Reader(DataSourceReader):
+    files: list
+    schema: Schema
+    columns: list  # the requested DataFrame columns, in order
+    on_corrupt: str = "error"
+    batch_records: int = 8192
+
+    def partitions(self):
+        return [_File(uri, comp) for uri, comp in self.files]  # one per file: TFRecords do not split
+
+    def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
+        from tfrecord_io.framing import CorruptRecordError, read_records
+
+        pending: list[bytes] = []
+        try:
+            with fs.open(partition.uri, "rb") as f:
+                for data in read_records(f, name=partition.uri, compression=partition.compression, verify=True):
+                    pending.append(data)
+                    if len(pending) >= self.batch_records:
+                        yield self._batch(pending)
+                        pending = []
+        except CorruptRecordError:
+            if self.on_corrupt != "skip":
+                raise
+            import sys
+
+            print(f"tfrecord-io: onCorrupt=skip: {partition.uri}: dropped the rest of the file after "
+                  f"the intact records", file=sys.stderr)
+        if pending:
+            yield self._batch(pending)
+
+    def _batch(self, records: list[bytes]) -> pa.RecordBatch:
+        from tfrecord_io.decode import decode_record
+
+        s = self.schema
+        decoded = [decode_record(r) for r in records]
+        arrays = []
+        for name, typ in self.columns:
+            f = s.feature(name)
+            in_sequence = s.record_type == "sequence_example" and f in s.sequence
+            values = []
+            for rec in decoded:
+                if in_sequence:
+                    steps = (rec.feature_lists or {}).get(name)
+                    values.append(None if steps is None else [_value(f, v) for _, v in steps])
+                else:
+                    feat = rec.features.get(name)
+                    values.append(None if feat is None else _value(f, feat[1]))
+            arrays.append(pa.array(values, type=typ))
+        return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in self.columns])
+
+
+def _value(f: Feature, values: list):
+    if f.type == "string":
+        values = [v.decode("utf-8", "replace") for v in values]
+    if f.is_list:
+        return list(values)
+    return values[0] if len(values) == 1 else None
