@@ -392,7 +392,7 @@ def test_inspect_records_that_are_not_examples():
 
 def test_inspect_errors_exit_nonzero(tmp_path):
     proc = cli("inspect", str(tmp_path / "missing"))
-    assert proc.returncode == 1 and "no such file or directory" in proc.stderr
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr  # unreadable source
 
 
 # ---------------------------------------------------------------------------------------
@@ -416,7 +416,7 @@ def test_verify_flipped_byte_names_file_and_offset(our_output):
     data[offsets[7] + 12 + 3] ^= 0x40  # inside record 7's data
     path.write_bytes(bytes(data))
     proc = cli("verify", base)
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert (f"FAILED: 1 problem; the first: part-00001-of-00002.tfrecord at byte offset {offsets[7]}: data CRC"
             in proc.stdout), proc.stdout
     info = json.loads(cli("verify", base, "--json").stdout)
@@ -442,7 +442,7 @@ def test_verify_truncated_file(our_output):
     offsets = record_offsets(path)
     path.write_bytes(path.read_bytes()[:-5])
     proc = cli("verify", base)
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert (f"the first: part-00000-of-00002.tfrecord at byte offset {offsets[-1]}: truncated data"
             in proc.stdout), proc.stdout
     info = json.loads(cli("verify", base, "--json").stdout)
@@ -459,7 +459,7 @@ def test_verify_manifest_that_lies(our_output):
     manifest["files"][1]["bytes"] -= 7
     manifest_path.write_text(json.dumps(manifest))
     proc = cli("verify", base)
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert "FAILED: 3 problems" in proc.stdout, proc.stdout
     assert "part-00000-of-00002.tfrecord: the manifest says 41 records, the file has 40" in proc.stdout
     size = (Path(base) / "part-00001-of-00002.tfrecord").stat().st_size
@@ -499,7 +499,7 @@ def test_verify_records_against_the_schema(tmp_path):
 
     assert cli("verify", str(path)).returncode == 0  # no schema: framing only
     proc = cli("verify", str(path), "--schema", str(schema_file), "--json")
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     info = json.loads(proc.stdout)
     assert info["problem_count"] == 5
     assert [(p["offset"], p["message"]) for p in info["problems"]] == [
@@ -625,5 +625,5 @@ def test_inspect_and_verify_on_hdfs(hdfs, our_output, tmp_path):
     with fs.open(f"{root}/out/part-00000-of-00002.tfrecord", "wb") as f:
         f.write(bytes(data))
     proc = cli("verify", f"{root}/out")
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert f"part-00000-of-00002.tfrecord at byte offset {offsets[3]}: data CRC" in proc.stdout, proc.stdout

@@ -227,3 +227,44 @@ def test_sequence_examples_read_as_context_and_step_arrays(tfspark, tmp_path):
     assert sorted(rows) == ["s0", "s1", "s2"]
     assert rows["s1"]["ts"] == [0, 1, 2, 3] and rows["s1"]["item"] == ["i0", "i1", "i2", "i3"]
     assert rows["s1"]["tags"] == [[], ["a"], ["a", "a"], ["a", "a", "a"]] and rows["s1"]["country"] == "fr"
+
+
+# ----------------------------------------------------------------------------- the job on any Spark input
+def test_job_reads_parquet_orc_and_catalog_tables_checking_types_by_column(tfspark, tmp_path):
+    from tfrecord_io.schema import SchemaError
+    from tfrecord_io.spark import ConversionOptions, run_conversion
+
+    df = _frame(tfspark)
+    df.write.parquet(str(tmp_path / "pq"))
+    df.write.orc(str(tmp_path / "orc"))
+    df.createOrReplaceTempView("frames")
+    schema = tmp_path / "s.yaml"
+    schema.write_text("features:\n  - {name: id, type: int64, required: true}\n  - {name: x, type: float}\n"
+                      "  - {name: city, type: string, default: '?'}\n  - {name: vec, type: float, shape: [-1]}\n"
+                      "ignore_columns: [small, even, blob]\n")
+    for fmt, inp in (("parquet", str(tmp_path / "pq")), ("orc", str(tmp_path / "orc")), ("table", "frames")):
+        out = tmp_path / f"out-{fmt}"
+        manifest = run_conversion(tfspark, ConversionOptions(inputs=inp, input_format=fmt, schema=str(schema),
+                                                             output=str(out), num_shards=2))
+        assert manifest["totals"] == {"input_rows": 50, "records": 50, "rejected": 0}, fmt
+        assert len(manifest["files"]) == 2 and (out / "_SUCCESS").exists()
+        back = {r["id"]: (r["x"], r["city"]) for r in tfspark.read.format("tfrecord").load(str(out)).collect()}
+        assert back == {i: (i / 4, None if i % 5 == 0 else f"c{i}") for i in range(50)}, fmt
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("features:\n  - {name: id, type: int64}\n  - {name: city, type: int64}\n"
+                   "ignore_columns: [small, x, vec, even, blob]\n")
+    with pytest.raises(SchemaError, match="column 'city' of the parquet input is string, and feature 'city' is "
+                                          "int64"):
+        run_conversion(tfspark, ConversionOptions(inputs=str(tmp_path / "pq"), input_format="parquet",
+                                                  schema=str(bad), output=str(tmp_path / "never")))
+    assert not (tmp_path / "never").exists()
+
+
+def test_beam_refuses_spark_only_formats_with_exit_2(tmp_path):
+    from conftest import tfrecord_io_cli
+
+    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n")
+    (tmp_path / "in").mkdir()
+    proc = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(tmp_path / "in"), "--format", "parquet",
+                           "--schema", str(tmp_path / "s.yaml"), "--output", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and "is read by Spark" in proc.stderr, proc.stderr[-2000:]

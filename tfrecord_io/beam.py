@@ -241,6 +241,7 @@ class _Job:
     run_id: str
     num_shards: int
     files: BeamFiles
+    splits: object = None  # tfrecord_io.splits.Splits (--split), or None
 
     def attempt(self) -> str:
         return f"beam-{self.run_id}-{uuid.uuid4().hex[:12]}"
@@ -312,11 +313,15 @@ class ReadFile(beam.DoFn):
         sequence = schema.record_type == "sequence_example"
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
         input_rows = 0
+        split_by = self.job.splits.feature if self.job.splits is not None else None
         with inputs.open_input(path, opener=self.job.files.open) as stream:
             for pb in csv_arrow.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
-                                             multiline=conv.multiline, keep_raw=sequence, reject_values=keys):
+                                             multiline=conv.multiline, keep_raw=sequence or bool(split_by),
+                                             reject_values=keys):
                 input_rows += pb.input_rows
                 self.rows_read.inc(pb.input_rows)
+                if split_by:
+                    pb = _reject_unsplittable(pb, split_by)
                 rejects = pb.rejects
                 if sequence and rejects:
                     # A rejected row whose group is known rejects its group's record: send it there.
@@ -342,6 +347,19 @@ class ReadFile(beam.DoFn):
                         yield self._shard(), _to_ipc(pb.rows.slice(start, length))
         self.files_read.inc()
         yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": input_rows})
+
+
+def _reject_unsplittable(pb: csv_arrow.ParsedBatch, feature: str) -> csv_arrow.ParsedBatch:
+    """Rows with no value for the ``--split-by`` feature become rejects (they have no split)."""
+    null = pb.rows.column(feature).is_null().to_numpy(zero_copy_only=False)
+    if not null.any():
+        return pb
+    raw = pb.raw.to_pylist()
+    why = f"feature {feature!r}: no value to split by (--split-by {feature})"
+    extra = [csv_arrow.make_reject(pb.source, int(pb.lines[i]), raw[i], why) for i in np.flatnonzero(null)]
+    keep = pa.array(~null)
+    return dataclasses.replace(pb, rows=pb.rows.filter(keep), lines=pb.lines[~null], raw=pb.raw.filter(keep),
+                               rejects=pb.rejects + extra)
 
 
 def _split_groups(pb: csv_arrow.ParsedBatch, schema: Schema) -> Iterator[tuple]:
@@ -540,11 +558,22 @@ class WriteShard(beam.DoFn):
                 yield encode_examples(batch, job.schema) if example else batch.column(0)
 
         name = output.shard_name(index, job.num_shards, job.conv.compression)
-        written = output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
-                                     opener=job.files.open)
-        self.records_written.inc(written.records)
-        self.bytes_written.inc(written.bytes)
-        yield {"kind": "records", **output.written_file_dict(written)}
+        if job.splits is None:
+            written = [output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
+                                          opener=job.files.open)]
+        else:
+            def assigned():
+                for batch in records():
+                    which, _ = job.splits.assign(batch.to_pylist())  # null split features were rejected
+                    yield batch, which
+
+            written = output.write_split_shards(assigned(), job.conv.output, job.attempt(),
+                                                [f"{split}/{name}" for split in job.splits.names],
+                                                job.conv.compression, opener=job.files.open)
+        for w in written:
+            self.records_written.inc(w.records)
+            self.bytes_written.inc(w.bytes)
+            yield {"kind": "records", **output.written_file_dict(w)}
 
 
 class WriteRejects(beam.DoFn):
@@ -682,7 +711,10 @@ def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = No
     """
     started = time.monotonic()
     options = options or PipelineOptions([])
+    if conv.input_format not in csv_arrow.FORMATS:
+        raise ValueError(f"--format {conv.input_format} is read by Spark: use the Spark job for it")
     schema = conv.load_schema()
+    conv.splits(schema)  # a bad --split-by fails now, before anything is listed
     files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
     with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
         listed = inputs.list_inputs(conv.inputs)
@@ -696,7 +728,7 @@ def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = No
         if not files.exists(conv.output):
             raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
                              f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
-        job = _Job(conv, schema, uuid.uuid4().hex[:12], num_shards, files)
+        job = _Job(conv, schema, uuid.uuid4().hex[:12], num_shards, files, conv.splits(schema))
         p = beam.Pipeline(options=options)
         build_pipeline(p, job, sources)
         where = ",".join(conv.inputs)
@@ -764,8 +796,9 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
         records=sum(f.records for f in shard_files),
         rejected=sum(f.records for f in reject_files),
         rows_in_records=sum(d["rows"] for d in report if d["kind"] == "groups") if sequence else None)
-    if len(shard_files) != job.num_shards:
-        raise RuntimeError(f"the pipeline reported {len(shard_files)} shard files, expected {job.num_shards}; "
+    expected = job.num_shards * (1 if job.splits is None else len(job.splits.names))
+    if len(shard_files) != expected:
+        raise RuntimeError(f"the pipeline reported {len(shard_files)} shard files, expected {expected}; "
                            f"nothing was committed")
     for name, value in (("rows_read", totals.input_rows), ("records_written", totals.records),
                         ("rows_rejected", totals.rejected)):
@@ -777,9 +810,14 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
     if sequence:
         summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
     try:
-        manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
-                                 compression=conv.compression, engine="beam",
-                                 max_reject_fraction=conv.max_reject_fraction)
+        if job.splits is None:
+            manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
+                                     compression=conv.compression, engine="beam",
+                                     max_reject_fraction=conv.max_reject_fraction)
+        else:
+            manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
+                                            schema=job.schema, compression=conv.compression, engine="beam",
+                                            max_reject_fraction=conv.max_reject_fraction)
     except output.RejectLimitExceeded:
         log.error("beam conversion %s -> %s FAILED on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
         raise

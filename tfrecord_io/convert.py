@@ -93,7 +93,8 @@ def preflight(options: opts.ConversionOptions) -> None:
     from tfrecord_io import inputs
 
     options.load_schema()
-    inputs.list_inputs(options.inputs)
+    if options.input_format != "table":  # a table is looked up in Spark's catalog
+        inputs.list_inputs(options.inputs)
 
 
 def _options(args: argparse.Namespace) -> opts.ConversionOptions:
@@ -150,6 +151,8 @@ def _configure_logging() -> None:
 def run_beam(options: opts.ConversionOptions, beam_args: list[str], *, debug: bool = False) -> int:
     """The Beam pipeline with ``beam_args`` as pipeline options (``--runner=...``, ``--hdfs_host=...``)."""
     _configure_logging()
+    if not debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
+        logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrecord_io import beam as tbeam
@@ -176,6 +179,9 @@ def beam_main(argv: list[str] | None = None) -> int:
         args, beam_args = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
         return int(e.code or 0)
+    if args.input_format not in opts.TEXT_FORMATS:
+        return _usage(f"--format {args.input_format} is read by Spark: use the Spark job (tfrecord-io convert "
+                      f"--engine spark, or spark-submit jobs/to_tfrecord.py)")
     code = execute_checked(args)
     if code is not None:
         return code
@@ -205,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "beam":
         if args.master or args.conf:
             return _usage("--master/--conf are Spark options; pass Beam options with --engine-arg")
+        if args.input_format not in opts.TEXT_FORMATS:
+            return _usage(f"--format {args.input_format} is read by Spark: use --engine spark")
     elif args.engine_arg:
         return _usage("--engine-arg is for --engine beam; use --conf for Spark")
     conf = {}

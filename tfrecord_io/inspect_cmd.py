@@ -656,7 +656,9 @@ def run(args: argparse.Namespace) -> int:
         info = inspect_source(source, head=args.head, sample=args.sample, workers=args.workers)
     except (OSError, ValueError, TypeError) as e:  # CorruptRecordError is a ValueError
         print(f"tfrecord-io inspect: error: {e}", file=sys.stderr)
-        return 1
+        from tfrecord_io.framing import CorruptRecordError
+
+        return 1 if isinstance(e, CorruptRecordError) else 2  # read and failed / cannot read the source
     if args.json:
         print(json.dumps(info, ensure_ascii=False, indent=2))
     else:

@@ -23,7 +23,8 @@ __all__ = ["ConversionError", "ConversionOptions", "DEFAULT_BLOCK_SIZE", "DEFAUL
            "DEFAULT_MAX_REJECT_FRACTION", "DEFAULT_MAX_STEPS", "FORMATS", "MAX_AUTO_SHARDS", "add_arguments",
            "default_num_shards", "from_args"]
 
-FORMATS = ("csv", "json")
+FORMATS = ("csv", "json", "parquet", "orc", "table")
+TEXT_FORMATS = ("csv", "json")  # what every engine parses; the others are read by Spark (the job only)
 COMPRESSIONS = ("none", "gzip", "zlib")
 DEFAULT_MAX_STEPS = 10_000
 DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
@@ -59,7 +60,9 @@ class ConversionOptions:
 
     inputs: input URIs (local paths, ``file://``, ``hdfs://``; files, directories or globs); a
         string may hold several separated by commas.
-    input_format: ``"csv"`` or ``"json"`` (JSON Lines; whole-file JSON with ``multiline``).
+    input_format: ``"csv"`` or ``"json"`` (JSON Lines; whole-file JSON with ``multiline``); for the
+        Spark job also ``"parquet"``, ``"orc"`` (files) and ``"table"`` (``inputs`` names a table
+        or view of Spark's catalog), read by Spark and checked against the schema by column.
     schema: path or URI of the YAML schema, or a :class:`~tfrecord_io.schema.Schema`.
     output: output directory URI.
     record_type: ``"example"`` / ``"sequence_example"``; None (default) takes the schema's.
@@ -76,6 +79,10 @@ class ConversionOptions:
         feature, as ``allow_missing: true`` does for one (default False: an error).
     ignore_extra_columns: input columns that no feature reads are dropped (default False: an
         error naming them; ``ignore_columns:`` in the schema names some).
+    split: ``"train=8,eval=1,test=1"``: write each split to ``<output>/<name>/`` by TFX's hash
+        buckets (:mod:`tfrecord_io.splits`); None (default): one output.
+    split_by: with ``split``, the feature whose value decides the split (TFX's
+        ``partition_feature_name``); None (default): the whole record.
     bytes_per_shard: input bytes per shard when ``num_shards`` is None (default 128 MiB).
     block_size: bytes parsed at a time per file (default 4 MiB; a CSV record must fit in one).
     """
@@ -93,6 +100,8 @@ class ConversionOptions:
     max_steps: int = DEFAULT_MAX_STEPS
     allow_missing_columns: bool = False
     ignore_extra_columns: bool = False
+    split: str | None = None
+    split_by: str | None = None
     bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
     block_size: int = DEFAULT_BLOCK_SIZE
 
@@ -100,7 +109,8 @@ class ConversionOptions:
         from tfrecord_io.framing import normalize_compression
 
         raw = (self.inputs,) if isinstance(self.inputs, str) else tuple(self.inputs)
-        inputs = tuple(_absolute(p.strip()) for item in raw for p in str(item).split(",") if p.strip())
+        where = (lambda p: p) if self.input_format == "table" else _absolute  # a table name is no path
+        inputs = tuple(where(p.strip()) for item in raw for p in str(item).split(",") if p.strip())
         if not inputs:
             raise ValueError("no input given (--input URI[,URI...])")
         object.__setattr__(self, "inputs", inputs)
@@ -123,6 +133,20 @@ class ConversionOptions:
         _positive_int(self.bytes_per_shard, "bytes_per_shard")
         if not isinstance(self.block_size, int) or self.block_size < 1024:
             raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size!r}")
+        if self.split is not None:
+            from tfrecord_io.splits import Splits
+
+            Splits.parse(self.split)  # the syntax now; the feature against the schema in splits()
+        elif self.split_by is not None:
+            raise ValueError("--split-by needs --split NAME=BUCKETS,...")
+
+    def splits(self, schema: Schema):
+        """The :class:`~tfrecord_io.splits.Splits` of ``split``/``split_by`` (None without them)."""
+        if self.split is None:
+            return None
+        from tfrecord_io.splits import Splits
+
+        return Splits.parse(self.split, self.split_by, schema)
 
     @property
     def schema_name(self) -> str:
@@ -148,7 +172,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="URI[,URI...]",
                         help="input files, directories or globs: local paths, file:// or hdfs://")
     parser.add_argument("--format", required=True, choices=FORMATS, dest="input_format",
-                        help="csv, or json (JSON Lines; whole-file JSON with --multiline)")
+                        help="csv, or json (JSON Lines; whole-file JSON with --multiline); Spark only: parquet, "
+                             "orc, or table (--input names a table or view of Spark's catalog)")
     parser.add_argument("--schema", required=True, metavar="PATH_OR_URI", help="the YAML schema")
     parser.add_argument("--output", required=True, metavar="URI", help="output directory")
     parser.add_argument("--record-type", choices=("example", "sequence_example"), default=None,
@@ -172,6 +197,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="features that an input lacks are null there (default: an error naming them)")
     parser.add_argument("--ignore-extra-columns", action="store_true",
                         help="drop input columns that no feature reads (default: an error naming them)")
+    parser.add_argument("--split", default=None, metavar="NAME=BUCKETS,...",
+                        help="write splits the TFX way, e.g. train=8,eval=1,test=1: <output>/train/, ... "
+                             "(by the record's hash, or --split-by's feature)")
+    parser.add_argument("--split-by", default=None, metavar="FEATURE",
+                        help="with --split: the int64/string/bytes feature that decides the split "
+                             "(TFX's partition_feature_name)")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="BYTES",
                         help="bytes parsed at a time per file (a CSV record must fit in one block)")
 
@@ -183,4 +214,5 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
         record_type=args.record_type, compression=args.compression, num_shards=args.num_shards,
         overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
         max_steps=args.max_steps, allow_missing_columns=args.allow_missing_columns,
-        ignore_extra_columns=args.ignore_extra_columns, block_size=args.block_size)
+        ignore_extra_columns=args.ignore_extra_columns, split=args.split, split_by=args.split_by,
+        block_size=args.block_size)

@@ -223,19 +223,70 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
     ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
     commits nothing) when too much was rejected.
     """
+    _check_files(files, totals.records)
+    check_reject_fraction(totals, max_reject_fraction)
+    _move(output, [*files, *rejects])
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    manifest = _manifest(engine, schema, compression, files, rejects, totals)
+    _finish(output, manifest)
+    return manifest
+
+
+def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[WrittenFile],
+                  totals: ConversionTotals, *, schema, compression: str, engine: str,
+                  max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+    """The commit of a split output (``--split``): ``<output>/<split>/`` is a complete output of its
+    own (shards, ``_manifest.json``, ``_SUCCESS``) for each of ``splits.names``; the rejects, a
+    manifest of the whole and ``_SUCCESS`` go at the top, ``_SUCCESS`` last of all.
+
+    ``files``' final names start with their split (``train/part-...``).
+    """
+    _check_files(files, totals.records)
+    check_reject_fraction(totals, max_reject_fraction)
+    by_split: dict[str, list[WrittenFile]] = {name: [] for name in splits.names}
+    for f in files:
+        name, _, rest = f.final_name.partition("/")
+        if name not in by_split or not rest:
+            raise RuntimeError(f"a shard of no split: {f.final_name}")
+        by_split[name].append(f)
+    for name in splits.names:
+        fs.makedirs(fs.join(output, name))
+    _move(output, [*files, *rejects])
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    summary = {}
+    for name, split_files in by_split.items():
+        n = sum(f.records for f in split_files)
+        local = [WrittenFile(f.temp_path, f.final_name.partition("/")[2], f.records, f.bytes) for f in split_files]
+        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0))
+        manifest["split"] = {"name": name, **splits.to_dict()}
+        _finish(fs.join(output, name), manifest)
+        summary[name] = {"records": n, "files": len(split_files)}
+    top = _manifest(engine, schema, compression, [], rejects, totals)
+    del top["files"]
+    top["splits"] = summary
+    top["split_config"] = splits.to_dict()
+    _finish(output, top)
+    return top
+
+
+def _check_files(files: list[WrittenFile], records: int) -> None:
     names = [f.final_name for f in files]
     if len(set(names)) != len(names):
         raise RuntimeError(f"more than one attempt reported for a shard: {sorted(names)}")
-    if sum(f.records for f in files) != totals.records:
-        raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, "
-                           f"the job counted {totals.records}")
-    check_reject_fraction(totals, max_reject_fraction)
-    if rejects:  # renames do not create parent directories (locally or on HDFS)
+    if sum(f.records for f in files) != records:
+        raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, the job counted {records}")
+
+
+def _move(output: str, files: list[WrittenFile]) -> None:
+    if any(f.final_name.startswith(REJECTS + "/") for f in files):  # renames do not create parents
         fs.makedirs(fs.join(output, REJECTS))
-    for f in (*files, *rejects):
+    for f in files:
         fs.rename(f.temp_path, fs.join(output, f.final_name))
-    fs.delete(fs.join(output, TEMPORARY), recursive=True)
-    manifest = {
+
+
+def _manifest(engine: str, schema, compression: str, files: list[WrittenFile], rejects: list[WrittenFile],
+              totals: ConversionTotals) -> dict:
+    return {
         "format_version": MANIFEST_VERSION,
         "engine": engine,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -247,11 +298,45 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
         "rejects": [{"path": f.final_name, "rows": f.records} for f in sorted(rejects, key=lambda f: f.final_name)],
         "totals": totals.as_dict(),
     }
-    with fs.open(fs.join(output, MANIFEST), "wb") as f:
+
+
+def _finish(directory: str, manifest: dict) -> None:
+    """``_manifest.json``, then ``_SUCCESS``."""
+    with fs.open(fs.join(directory, MANIFEST), "wb") as f:
         f.write(json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8"))
-    with fs.open(fs.join(output, SUCCESS), "wb"):
+    with fs.open(fs.join(directory, SUCCESS), "wb"):
         pass
-    return manifest
+
+
+def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str], compression: str, *,
+                       opener=None) -> list[WrittenFile]:
+    """Write ``(records, split index per record)`` batches to one temporary file per split
+    (``final_names[i]`` for split i); returns what was written, empty files included."""
+    import numpy as np
+    import pyarrow as pa
+
+    open_file = opener or fs.open
+    comp = normalize_compression(compression)
+    paths = [fs.join(attempt_dir(output, attempt), name) for name in final_names]
+    handles, writers = [], []
+    try:
+        for path in paths:
+            handles.append(open_file(path, "wb"))
+            writers.append(TFRecordWriter(handles[-1], compression=comp))
+        for records, which in batches:
+            which = np.asarray(which)
+            for i, w in enumerate(writers):
+                mask = which == i
+                if mask.all():
+                    w.write_batch(records)
+                elif mask.any():
+                    w.write_batch(records.filter(pa.array(mask)))
+        for w in writers:
+            w.close()
+    finally:
+        for h in handles:
+            h.close()
+    return [WrittenFile(p, n, w.records_written, w.bytes_written) for p, n, w in zip(paths, final_names, writers)]
 
 
 def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compression: str = "none",

@@ -151,7 +151,8 @@ REASON = _PREFIX + "reason"      # why the row is a reject (None: converted)
 _REJECT_COLUMNS = (SOURCE, START, LINE, RAW, REASON)
 
 REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, final_name string, "
-              "records bigint, bytes bigint, input_rows bigint, rejected bigint, rows_in_records bigint")
+              "records bigint, bytes bigint, input_rows bigint, job_records bigint, rejected bigint, "
+              "rows_in_records bigint")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +168,9 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     started = time.monotonic()
     schema = options.load_schema()
     _check_schema(schema, options)
+    split_config = options.splits(schema)
+    if options.input_format in TABLE_FORMATS:
+        return _convert_dataframe(spark, options, schema, split_config, started)
     out = options.output
     job_id = uuid.uuid4().hex[:12]
     sources = inputs.list_inputs(options.inputs)
@@ -182,10 +186,11 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     fs.makedirs(fs.join(out, output.TEMPORARY))
     sc = spark.sparkContext
     try:
-        staged, splits, counts, write = _plan(spark, schema, options, sources, headers, job_id, num_shards,
-                                              fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
-                                              stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV,
-                                                                  STALL_FIRST_ATTEMPT_CONF))
+        staged, parts, counts, write = _plan(spark, schema, options, sources, headers, job_id, num_shards,
+                                             fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
+                                             stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV,
+                                                                 STALL_FIRST_ATTEMPT_CONF),
+                                             split_config=split_config)
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
@@ -195,8 +200,8 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
             sc.setLocalProperty("spark.job.description", None)
         _wait_for_stragglers(sc, job_id)
         files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
-                                                schema.record_type)
-        rejects = _fix_reject_lines(rejects, _line_offsets(splits, counts.accumulator.value))
+                                                schema.record_type, split_config)
+        rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.accumulator.value))
     except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
         _abort(out)
         raise
@@ -207,10 +212,82 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     # Too many rejects: raise before committing anything, keeping _temporary (and the
     # rejects in it) for inspection, as the message says.
     output.check_reject_fraction(totals, options.max_reject_fraction)
-    manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
-                             engine="spark", max_reject_fraction=options.max_reject_fraction)
+    if split_config is None:
+        manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
+                                 engine="spark", max_reject_fraction=options.max_reject_fraction)
+    else:
+        manifest = output.commit_splits(out, split_config, files, rejects, totals, schema=schema,
+                                        compression=options.compression, engine="spark",
+                                        max_reject_fraction=options.max_reject_fraction)
     manifest = dict(manifest)
     manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": input_bytes,
+                       "seconds": round(time.monotonic() - started, 3)}
+    return manifest
+
+
+TABLE_FORMATS = ("parquet", "orc", "table")
+_COMPATIBLE = {  # feature type -> Spark column types it takes (value-preserving casts)
+    "int64": ("ByteType", "ShortType", "IntegerType", "LongType", "BooleanType"),
+    "float": ("FloatType", "DoubleType", "ByteType", "ShortType", "IntegerType", "LongType", "DecimalType"),
+    "string": ("StringType", "VarcharType", "CharType"),
+    "bytes": ("BinaryType", "StringType"),
+}
+
+
+def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_config, started: float) -> dict:
+    """``--format parquet|orc|table``: Spark reads the input; columns are matched to features by name
+    and their types checked on the driver before any task; the rows are written by the ``tfrecord``
+    data source (:mod:`tfrecord_io.spark_datasource`): the same contract, rejects and commit."""
+    import json as _json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tfrecord_io import spark_datasource
+
+    if split_config is not None:
+        raise ValueError(f"--split is not yet supported with --format {options.input_format}; convert, then "
+                         f"split with the CSV/JSON job, or split the DataFrame yourself")
+    if schema.record_type != "example":
+        raise SchemaError(f"--format {options.input_format} writes example records; {options.schema_name} is for "
+                          f"{schema.record_type}")
+    fmt, out = options.input_format, options.output
+    try:
+        df = spark.table(options.inputs[0]) if fmt == "table" else spark.read.format(fmt).load(list(options.inputs))
+    except Exception as e:  # AnalysisException: no such path or table
+        raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {_spark_message(e)}") from e
+    where = f"the {fmt} input"
+    columns.check_columns(schema, {where: df.columns}, input_format="table",
+                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
+                          schema_name=options.schema_name)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    selected = []
+    for f in schema.features:
+        dt = types.get(f.name)
+        if dt is None:  # allowed missing: null in every row
+            sql = spark_datasource.spark_struct(Schema(features=(f,))).split(" ", 1)[1]
+            selected.append(F.lit(None).cast(sql).alias(f.name))
+            continue
+        inner = dt.elementType if isinstance(dt, T.ArrayType) else dt
+        ok = type(inner).__name__ in _COMPATIBLE[f.type] and isinstance(dt, T.ArrayType) == f.is_list
+        if not ok:
+            want = f"an array of {f.type}" if f.is_list else f.type
+            raise SchemaError(f"column {f.name!r} of {where} is {dt.simpleString()}, and feature {f.name!r} is "
+                              f"{want}{' (shape ' + str(list(f.shape)) + ')' if f.is_list else ''}: cast the "
+                              f"column, or change the feature's type")
+        selected.append(F.col(_q(f.name)))
+    files = df.inputFiles()
+    input_bytes = sum(fs.size(u) for u in files) if files else 0
+    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
+    output.prepare_output(out, overwrite=options.overwrite, inputs=[] if fmt == "table" else options.inputs,
+                          input_paths=files)
+    spark.dataSource.register(spark_datasource.JobDataSource)
+    (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
+     .mode("overwrite").option("schemaJson", _json.dumps(schema.to_dict()))
+     .option("compression", options.compression).option("maxRejectFraction", str(options.max_reject_fraction))
+     .save(out))
+    manifest = dict(output.read_manifest(out))
+    manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}
     return manifest
 
@@ -280,7 +357,8 @@ def _wait_for_stragglers(sc, job_group: str, timeout: float = STRAGGLER_WAIT_S) 
         time.sleep(0.2)
 
 
-def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression: str, record_type: str):
+def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression: str, record_type: str,
+                   split_config=None):
     files: list[output.WrittenFile] = []
     rejects: list[output.WrittenFile] = []
     totals = output.ConversionTotals(rows_in_records=0 if record_type == "sequence_example" else None)
@@ -290,18 +368,22 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
         if r["kind"] == "rejects":
             rejects.append(wf)
             continue
+        files.append(wf)
+        if r["kind"] == "split-shard" and r["partition"] in seen:
+            continue  # one partition's other splits: counted with its first
         if r["partition"] in seen:  # cannot happen: Spark returns one attempt per partition
             raise RuntimeError(f"two reports for partition {r['partition']}")
         seen.add(r["partition"])
-        files.append(wf)
         totals.input_rows += int(r["input_rows"])
-        totals.records += int(r["records"])
+        totals.records += int(r["job_records"])
         totals.rejected += int(r["rejected"])
         if totals.rows_in_records is not None:
             totals.rows_in_records += int(r["rows_in_records"])
-    for p in sorted(set(range(num_shards)) - seen):  # a partition that ran no task: an empty shard
-        files.append(output.write_shard([], out, f"{job_id}-driver", output.shard_name(p, num_shards, compression),
-                                        compression))
+    for p in sorted(set(range(num_shards)) - seen):  # a partition that ran no task: empty shards
+        names = [output.shard_name(p, num_shards, compression)] if split_config is None else \
+            [f"{name}/{output.shard_name(p, num_shards, compression)}" for name in split_config.names]
+        for name in names:
+            files.append(output.write_shard([], out, f"{job_id}-driver", name, compression))
     return files, rejects, totals
 
 
@@ -477,7 +559,7 @@ def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, hea
 # Plan
 # ---------------------------------------------------------------------------------------------
 def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict, job_id: str,
-          num_shards: int, fail: str = "", stall: str = ""):
+          num_shards: int, fail: str = "", stall: str = "", split_config=None):
     """The DataFrame the write stage runs on, the splits and line counts of the read, the write stage."""
     from pyspark.sql import functions as F
 
@@ -494,7 +576,7 @@ def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: 
         staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
     write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
                        schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
-                       stall_first_attempt=stall)
+                       stall_first_attempt=stall, splits=split_config)
     return staged, splits, counts, write
 
 
@@ -625,6 +707,7 @@ class WriteStage:
     max_steps: int = DEFAULT_MAX_STEPS
     fail_first_attempt: str = ""  # fault injection (tests), see the module docstring
     stall_first_attempt: str = ""
+    splits: Any = None  # tfrecord_io.splits.Splits: one file per split per shard
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -650,17 +733,23 @@ class WriteStage:
             records = _after_first_batch(records, lambda: _stall(attempt, temporary))
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
-            shard = output.write_shard(records, self.output, attempt, final, self.compression)
+            if self.splits is None:
+                shards = [output.write_shard(records, self.output, attempt, final, self.compression)]
+            else:
+                shards = output.write_split_shards(records, self.output, attempt,
+                                                   [f"{name}/{final}" for name in self.splits.names], self.compression)
             rejects = output.write_rejects(spool.rows(), self.output, attempt, f"part-{part:05d}.jsonl")
         finally:
             spool.close()
-        if shard.records != stats["records"]:
-            raise RuntimeError(f"{shard.temp_path}: wrote {shard.records} records, counted {stats['records']}")
+        if sum(w.records for w in shards) != stats["records"]:
+            raise RuntimeError(f"task attempt {attempt}: wrote {sum(w.records for w in shards)} records, counted "
+                               f"{stats['records']}")
         converted = stats["records"] if self.schema.record_type == "example" else stats["rows_in_records"]
         if stats["input_rows"] != converted + spool.count:
             raise RuntimeError(f"task attempt {attempt}: {stats['input_rows']} input rows != {converted} converted "
                                f"+ {spool.count} rejected")
-        rows = [("shard", shard)] + ([("rejects", rejects)] if rejects is not None else [])
+        kind = "shard" if self.splits is None else "split-shard"
+        rows = [(kind, w) for w in shards] + ([("rejects", rejects)] if rejects is not None else [])
         yield pa.RecordBatch.from_pydict({
             "kind": [k for k, _ in rows],
             "partition": [part] * len(rows),
@@ -670,6 +759,7 @@ class WriteStage:
             "records": [w.records for _, w in rows],
             "bytes": [w.bytes for _, w in rows],
             "input_rows": [stats["input_rows"]] * len(rows),
+            "job_records": [stats["records"]] * len(rows),
             "rejected": [spool.count] * len(rows),
             "rows_in_records": [stats["rows_in_records"]] * len(rows),
         }, schema=_REPORT_SCHEMA)
@@ -684,6 +774,17 @@ class WriteStage:
             bad = reason.is_valid().to_numpy(zero_copy_only=False)
             good_idx = np.flatnonzero(~bad)
             records, refused = self._encode(batch, good_idx)
+            which = None
+            if self.splits is not None and len(records):
+                which, why = self.splits.assign(records.to_pylist())
+                lost = [j for j, w in enumerate(which) if w is None]
+                if lost:  # no value to split by: a reject naming the feature
+                    for j in lost:
+                        refused[int(good_idx[j])] = why[j]
+                    keep = np.ones(len(which), dtype=bool)
+                    keep[lost] = False
+                    records = records.filter(pa.array(keep))
+                    which = [w for w in which if w is not None]
             if refused or bad.any():
                 reasons = reason.to_pylist()
                 for i, why in refused.items():
@@ -695,7 +796,7 @@ class WriteStage:
                     spool.add(_reject_json(m))
             if len(records):
                 stats["records"] += len(records)
-                yield records
+                yield records if self.splits is None else (records, which)
 
     def _encode(self, batch: pa.RecordBatch, good_idx: np.ndarray) -> tuple[pa.Array, dict]:
         """Encode the good rows; a row the encoder still refuses becomes a reject (row by row)."""
@@ -844,8 +945,8 @@ class WriteStage:
 
 _REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("attempt", pa.string()),
                             ("temp_path", pa.string()), ("final_name", pa.string()), ("records", pa.int64()),
-                            ("bytes", pa.int64()), ("input_rows", pa.int64()), ("rejected", pa.int64()),
-                            ("rows_in_records", pa.int64())])
+                            ("bytes", pa.int64()), ("input_rows", pa.int64()), ("job_records", pa.int64()),
+                            ("rejected", pa.int64()), ("rows_in_records", pa.int64())])
 
 
 def _reject_json(row: dict) -> dict:

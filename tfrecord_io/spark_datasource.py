@@ -22,7 +22,8 @@ the messages of the successful attempts only, and ``commit`` moves exactly those
 (``abort`` deletes ``_temporary``).
 
 Options
-    ``schema``: a YAML schema (path or URI); its features must match the DataFrame's columns
+    ``schema``: a YAML schema (path or URI; or ``schemaJson``, the schema as JSON); its features
+    must match the DataFrame's columns
     (:mod:`tfrecord_io.columns`; ``allowMissingColumns`` / ``ignoreExtraColumns`` opt out).
     Without it the schema comes from the DataFrame's types: byte/short/int/long and boolean to
     ``int64``, float and double to ``float``, string to ``string``, binary to ``bytes``, arrays of
@@ -50,6 +51,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition,
                                     WriterCommitMessage)
 
@@ -294,8 +296,10 @@ class TFRecordDataSource(DataSource):
         if codec_name not in _CODECS:
             raise ValueError(f"compression/codec {codec_name!r} is not supported; use none, gzip or zlib "
                              f"(or Hadoop's GzipCodec / DefaultCodec)")
-        if "schema" in opts:
-            tf_schema = Schema.load(opts["schema"])
+        if "schema" in opts or "schemajson" in opts:
+            tf_schema = Schema.load(opts["schema"]) if "schema" in opts else \
+                Schema.from_dict(json.loads(opts["schemajson"]))
+            opts.setdefault("schema", "the schema")
             if tf_schema.record_type != "example":
                 raise SchemaError(f"{opts['schema']}: only example schemas are written from DataFrames yet")
             columns.check_columns(tf_schema, {"the DataFrame": [f.name for f in schema.fields]}, input_format="table",
@@ -443,6 +447,8 @@ class _Reader(DataSourceReader):
             yield self._batch(pending)
 
     def _batch(self, records: list[bytes]) -> pa.RecordBatch:
+        if self.schema.record_type == "example" and _tensorflow() is not None:
+            return self._batch_tf(records)
         from tfrecord_io.decode import decode_record
 
         s = self.schema
@@ -463,9 +469,59 @@ class _Reader(DataSourceReader):
         return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in self.columns])
 
 
+    def _batch_tf(self, records: list[bytes]) -> pa.RecordBatch:
+        """Examples decoded by TensorFlow's vectorized parser (when the executor has TensorFlow):
+        every feature as a ragged list, so that a missing one is null, not an error."""
+        tf = _tensorflow()
+        spec = {name: tf.io.RaggedFeature(self.schema.feature(name).tf_dtype(), row_splits_dtype=tf.int64)
+                for name, _ in self.columns}
+        parsed = tf.io.parse_example(tf.constant(records), spec)
+        arrays = []
+        for name, typ in self.columns:
+            f = self.schema.feature(name)
+            ragged = parsed[name]
+            values = ragged.flat_values.numpy()
+            splits = ragged.row_splits.numpy()
+            if f.type in ("string", "bytes"):
+                values = pa.array(values.tolist(), pa.binary())
+                if f.type == "string":
+                    values = values.cast(pa.string())
+            else:
+                values = pa.array(values)
+            if f.is_list:
+                arr = pa.ListArray.from_arrays(pa.array(splits.astype(np.int32)), values)
+                arrays.append(arr.cast(typ))
+                continue
+            present = np.diff(splits) == 1
+            if not len(values):
+                arrays.append(pa.nulls(len(present), typ))
+                continue
+            taken = values.take(pa.array(np.where(present, splits[:-1], 0)))
+            arrays.append(pc.if_else(pa.array(present), taken, pa.scalar(None, taken.type)).cast(typ))
+        return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in self.columns])
+
+
+def _tensorflow():
+    """TensorFlow, when this Python has it (its parser is ~50x ours); None otherwise."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return None
+    return tf
+
+
 def _value(f: Feature, values: list):
     if f.type == "string":
         values = [v.decode("utf-8", "replace") for v in values]
     if f.is_list:
         return list(values)
     return values[0] if len(values) == 1 else None
+
+
+class JobDataSource(TFRecordDataSource):
+    """The same source under a name of its own, for the Spark job's ``--format parquet|orc|table``
+    (a session may also have spark-tfrecord's ``tfrecord`` format loaded)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tfrecord_io_job"

@@ -22,9 +22,9 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.inspect_cmd`):
 Also reported, as warnings that do not fail the run: records missing a scalar or ``[k]``
 feature that has no default (the schema's parse spec cannot parse them).
 
-Exit status: 0 when every check holds, 1 when there are problems (the first one is named
-with its file and byte offset, and the total is counted), 2 when the source cannot be
-read at all.
+Exit status (every command's contract, see :mod:`tfrecord_io.convert`): 0 when every check
+holds, 3 when there are problems (the first one is named with its file and byte offset, and the
+total is counted), 2 when the source cannot be read at all.
 """
 
 from __future__ import annotations
@@ -366,4 +366,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:
         sys.stdout.write(render_text(result))
-    return 0 if result.ok else 1
+    return 0 if result.ok else 3  # problems found (the CLI contract: tfrecord_io.convert)

@@ -1,0 +1,159 @@
+"""Benchmark: tfrecord-io against LinkedIn's spark-tfrecord 0.7.0, in one Spark, interleaved rounds.
+
+    .venv/bin/python benchmarks/bench_dataframe.py [--rows 1000000] [--rounds 5] [--peer-jar PATH]
+
+Data: ``bench_spark.make_csv`` (``--rows`` rows x 17 columns: 10 float, 5 int64, 1 string, 1 int64
+label), and the same rows as Parquet.  One ``spark-submit --master local[2] --jars spark-tfrecord``
+runs every operation once per round, in the same order each round, after one untimed warm-up
+round; the table gives the median of the timed rounds and peer/ours (above 1.0x: we are faster):
+
+* CSV -> TFRecords: our job (``run_conversion``: parse, rejects, manifest, exactly-once commit)
+  against ``spark.read.csv(schema) + df.write.format("tfrecord")``; uncompressed and gzip;
+* DataFrame (from Parquet) -> TFRecords: our data source against the peer's;
+* TFRecords -> DataFrame (the peer's output, read to Spark's ``noop`` sink): our reader against
+  the peer's.
+
+spark-tfrecord's jar is not served by the registries here; ``../shared/peers/`` holds one built
+from its public source (see the README there).  Our data source is registered under the name
+``tfrecord_io`` for the run, so that both formats live in one session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+PEER_JAR = REPO.parent / "shared" / "peers" / "spark-tfrecord_2.13-0.7.0.jar"
+OPS = ("csv: ours (job)", "csv: peer", "csv gzip: ours (job)", "csv gzip: peer",
+       "parquet df -> tfrecord: ours", "parquet df -> tfrecord: peer",
+       "tfrecord -> df: ours", "tfrecord -> df: peer")
+
+
+def rounds_job(argv: list[str]) -> int:
+    """Runs under spark-submit: every operation per round; prints the timings as JSON."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--csv", required=True)
+    p.add_argument("--parquet", required=True)
+    p.add_argument("--schema", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    args = p.parse_args(argv)
+    import bench_spark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import types as T
+
+    from tfrecord_io import spark_datasource
+    from tfrecord_io.spark import ConversionOptions, run_conversion
+
+    class Ours(spark_datasource.TFRecordDataSource):
+        @classmethod
+        def name(cls):
+            return "tfrecord_io"
+
+    spark = SparkSession.builder.appName("bench-dataframe").getOrCreate()
+    spark.dataSource.register(Ours)
+    struct = T.StructType([T.StructField(n, T.FloatType()) for n in bench_spark.FLOATS]
+                          + [T.StructField(n, T.LongType()) for n in bench_spark.INTS]
+                          + [T.StructField("s", T.StringType()), T.StructField("label", T.LongType())])
+    peer_out = f"{args.work}/peer-ref"
+    spark.read.schema(struct).option("header", "true").csv(args.csv).write.format("tfrecord") \
+        .option("recordType", "Example").mode("overwrite").save(peer_out)
+
+    def ours_csv(out, compression="none"):
+        run_conversion(spark, ConversionOptions(inputs=args.csv, input_format="csv", schema=args.schema,
+                                                output=out, overwrite=True, compression=compression))
+
+    def peer_csv(out, codec=None):
+        w = spark.read.schema(struct).option("header", "true").csv(args.csv).write.format("tfrecord") \
+            .option("recordType", "Example").mode("overwrite")
+        if codec:
+            w = w.option("codec", codec)
+        w.save(out)
+
+    ops = {
+        OPS[0]: lambda out: ours_csv(out),
+        OPS[1]: lambda out: peer_csv(out),
+        OPS[2]: lambda out: ours_csv(out, "gzip"),
+        OPS[3]: lambda out: peer_csv(out, "org.apache.hadoop.io.compress.GzipCodec"),
+        OPS[4]: lambda out: spark.read.parquet(args.parquet).write.format("tfrecord_io").mode("overwrite").save(out),
+        OPS[5]: lambda out: spark.read.parquet(args.parquet).write.format("tfrecord").option("recordType", "Example")
+        .mode("overwrite").save(out),
+        OPS[6]: lambda out: spark.read.format("tfrecord_io").schema(struct).load(peer_out).write.format("noop")
+        .mode("overwrite").save(),
+        OPS[7]: lambda out: spark.read.format("tfrecord").schema(struct).load(peer_out).write.format("noop")
+        .mode("overwrite").save(),
+    }
+    times = {op: [] for op in OPS}
+    for r in range(args.rounds + 1):  # round 0: warm-up, not timed
+        for k, op in enumerate(OPS):
+            started = time.monotonic()
+            ops[op](f"{args.work}/out-{k}")
+            if r:
+                times[op].append(round(time.monotonic() - started, 3))
+    print(json.dumps({"event": "done", "times": times}))
+    spark.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rounds"]:
+        return rounds_job(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--peer-jar", default=str(PEER_JAR))
+    args = p.parse_args(argv)
+    if not Path(args.peer_jar).is_file():
+        raise SystemExit(f"spark-tfrecord's jar is not at {args.peer_jar} (see ../shared/peers/README.md)")
+    import bench_spark
+
+    work = Path(tempfile.mkdtemp(prefix="bench-dataframe-"))
+    csv = work / "data.csv"
+    bench_spark.make_csv(csv, args.rows)
+    schema = work / "schema.yaml"
+    schema.write_text(bench_spark.schema_text())
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{Path(__file__).resolve().parent}", "PYSPARK_PYTHON": sys.executable}
+    base = [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--driver-memory", "3g",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+            "--jars", args.peer_jar]
+    make_parquet = work / "to_parquet.py"
+    make_parquet.write_text(
+        "import sys\nfrom pyspark.sql import SparkSession\nimport bench_spark\n"
+        "from pyspark.sql import types as T\n"
+        "s = SparkSession.builder.getOrCreate()\n"
+        "st = T.StructType([T.StructField(n, T.FloatType()) for n in bench_spark.FLOATS] + "
+        "[T.StructField(n, T.LongType()) for n in bench_spark.INTS] + "
+        "[T.StructField('s', T.StringType()), T.StructField('label', T.LongType())])\n"
+        "s.read.schema(st).option('header', 'true').csv(sys.argv[1]).write.parquet(sys.argv[2])\n")
+    subprocess.run([*base, str(make_parquet), str(csv), str(work / "data.parquet")], check=True, env=env,
+                   capture_output=True)
+    proc = subprocess.run([*base, __file__, "rounds", "--csv", str(csv), "--parquet", str(work / "data.parquet"),
+                           "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds)],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"the benchmark job failed:\n{proc.stderr[-6000:]}")
+    times = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"event"')][-1])["times"]
+    print(f"\n### tfrecord-io vs spark-tfrecord 0.7.0: {args.rows:,} rows x 17 columns, local[2], "
+          f"median of {args.rounds} interleaved warm rounds\n")
+    print("| operation | tfrecord-io (s) | spark-tfrecord (s) | **peer / ours** |")
+    print("| --- | ---: | ---: | ---: |")
+    for ours, peer in zip(OPS[::2], OPS[1::2]):
+        o, q = statistics.median(times[ours]), statistics.median(times[peer])
+        print(f"| {ours.rsplit(':', 1)[0]} | {o:.2f} | {q:.2f} | **{q / o:.2f}x** |")
+    print("\nAll timings (s):", json.dumps(times))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""One CLI contract (issue #12, item 6): every command exits 0 done, 1 failed, 2 bad usage or an
+unreadable source, 3 too many rejects (convert) or problems found (verify, stats); errors are one
+``error:`` line naming the path, never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from conftest import tfrecord_io_cli
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    (d / "good.csv").write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(20)))
+    (d / "bad.csv").write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(5)) + "".join("z,1\n" * 5))
+    whole = gzip.compress(("id,x\n" + "".join(f"{i},{i * 7919 % 10007}\n" for i in range(50_000))).encode())
+    (d / "cut.csv.gz").write_bytes(whole[:len(whole) // 2])
+    out = d / "out"
+    tfrecord_io_cli("convert", "--engine", "beam", "--input", str(d / "good.csv"), "--format", "csv",
+                    "--schema", str(d / "s.yaml"), "--output", str(out), "--engine-arg=--runner=FnApiRunner")
+    lying = d / "lying"
+    lying.mkdir()
+    for p in out.iterdir():
+        (lying / p.name).write_bytes(p.read_bytes())
+    manifest = json.loads((lying / "_manifest.json").read_text())
+    manifest["files"][0]["records"] += 5
+    (lying / "_manifest.json").write_text(json.dumps(manifest))
+    corrupt = d / "corrupt.tfrecord"  # cut inside its third record
+    corrupt.write_bytes((out / manifest["files"][0]["path"]).read_bytes()[:110])
+    return d
+
+
+def _convert(d, inp, out, *extra, schema="s.yaml"):
+    return ["convert", "--engine", "beam", "--input", str(d / inp), "--format", "csv", "--schema", str(d / schema),
+            "--output", str(d / out), "--engine-arg=--runner=FnApiRunner", *extra]
+
+
+CASES = [
+    ("convert: done", lambda d: _convert(d, "good.csv", "o1"), 0, None),
+    ("convert: a truncated input fails the run", lambda d: _convert(d, "cut.csv.gz", "o2"), 1, "cut.csv.gz"),
+    ("convert: a missing input", lambda d: _convert(d, "nope.csv", "o3"), 2, "nope.csv"),
+    ("convert: a missing schema", lambda d: _convert(d, "good.csv", "o4", schema="no.yaml"), 2, "no.yaml"),
+    ("convert: bad usage", lambda d: ["convert", "--format", "csv"], 2, None),
+    ("convert: too many rejects", lambda d: _convert(d, "bad.csv", "o5"), 3, "5 of 10 input rows"),
+    ("infer-schema: done", lambda d: ["infer-schema", "--input", str(d / "good.csv"), "--format", "csv"], 0, None),
+    ("infer-schema: unreadable", lambda d: ["infer-schema", "--input", str(d / "nope.csv"), "--format", "csv"], 2,
+     "nope.csv"),
+    ("infer-schema: not JSON", lambda d: ["infer-schema", "--input", str(d / "good.csv"), "--format", "json"], 2,
+     "good.csv: line 1"),
+    ("inspect: done", lambda d: ["inspect", str(d / "out")], 0, None),
+    ("inspect: unreadable", lambda d: ["inspect", str(d / "nope")], 2, "nope"),
+    ("inspect: a corrupt record", lambda d: ["inspect", str(d / "corrupt.tfrecord"), "--head", "100"], 1,
+     "corrupt.tfrecord"),
+    ("verify: done", lambda d: ["verify", str(d / "out")], 0, None),
+    ("verify: problems found", lambda d: ["verify", str(d / "lying")], 3, None),
+    ("verify: unreadable", lambda d: ["verify", str(d / "nope")], 2, "nope"),
+    ("stats: done", lambda d: ["stats", str(d / "out"), "--logdir", str(d / "logs1")], 0, None),
+    ("stats: the manifest lies", lambda d: ["stats", str(d / "lying"), "--logdir", str(d / "logs2")], 3, "lying"),
+    ("stats: unreadable", lambda d: ["stats", str(d / "nope"), "--logdir", str(d / "logs3")], 2, "nope"),
+    ("no command", lambda d: [], 2, None),
+]
+
+
+@pytest.mark.parametrize("name,args,code,names", CASES, ids=[c[0] for c in CASES])
+def test_every_command_keeps_the_contract(made, name, args, code, names):
+    proc = tfrecord_io_cli(*args(made), check=False)
+    assert proc.returncode == code, f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    if code and names:
+        errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+        assert len(errors) == 1 and names in errors[0], proc.stderr[-3000:]
