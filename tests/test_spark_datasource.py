@@ -55,7 +55,9 @@ def test_dataframe_written_and_read_back_with_the_derived_schema(tfspark, tmp_pa
                      "blob": ("bytes", None)}
     assert sorted(f["path"] for f in manifest["files"]) == [f"part-0000{k}-of-00003.tfrecord" for k in range(3)]
     assert (Path(out) / "_SUCCESS").exists() and not (Path(out) / "_temporary").exists()
-    # the derived schema has no defaults: read the nullable 'city' with the loader's ragged-free subset
+    assert manifest["present"] == {"id": 50, "small": 50, "x": 50, "city": 40, "vec": 50, "even": 50, "blob": 50}
+    with pytest.raises(ValueError, match="feature 'city' is missing from 10 of 50 records"):
+        make_dataset(out, batch_size=64)  # the derived schema has no defaults: refused at once
     got = {}
     for features in make_dataset(out, batch_size=64, shuffle=False, prefetch_to_device=False,
                                  features=["id", "x", "vec", "even", "blob", "small"]):

@@ -714,3 +714,22 @@ def test_demo_train_fits_a_keras_model(tmp_path):
     result = train_demo(out, epochs=2, batch_size=256, verbose=0)
     assert result["examples"] == 2 * 3000 and result["steps"] == 2 * math.ceil(3000 / 256)
     assert result["examples_per_sec"] > 0 and np.isfinite(result["final_loss"])
+
+
+def test_a_sometimes_missing_feature_without_default_is_refused_at_once(spark, tmp_path):
+    """The converters record per-feature present counts (issue #15 item 5); the loader refuses a
+    schema that would fail at the first batch holding a missing value, naming the feature."""
+    from conftest import convert
+    from tfrecord_io import output as out_contract
+
+    (tmp_path / "in.csv").write_text("id,air_time\n1,10\n2,\n3,30\n")
+    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: air_time, type: int64}\n")
+    for engine in ("spark", "beam"):
+        out = str(tmp_path / engine)
+        convert(engine, spark if engine == "spark" else None, str(tmp_path / "in.csv"), "csv",
+                str(tmp_path / "s.yaml"), out)
+        assert out_contract.read_manifest(out)["present"] == {"id": 3, "air_time": 2}, engine
+        with pytest.raises(ValueError, match="feature 'air_time' is missing from 1 of 3 records .* no default"):
+            make_dataset(out, batch_size=2)
+        got = [int(x) for b in make_dataset(out, batch_size=2, features=["id"], shuffle=False) for x in b["id"]]
+        assert sorted(got) == [1, 2, 3]

@@ -104,7 +104,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrecord_io import columns, csv_arrow, fs, inputs, output
-from tfrecord_io.codec import encode_examples, encode_sequence_examples, row_errors
+from tfrecord_io.codec import encode_examples, encode_sequence_examples, present_counts, row_errors
 from tfrecord_io.options import ConversionError, ConversionOptions, default_num_shards
 from tfrecord_io.schema import Schema
 
@@ -550,11 +550,16 @@ class WriteShard(beam.DoFn):
         job = self.job
         example = job.schema.record_type == "example"
 
+        present: dict[str, int] = {}
+
         def records():
             for piece in pieces:
                 if piece is None:
                     continue
                 batch = _from_ipc(piece)
+                if example:
+                    for k, v in present_counts(batch, job.schema).items():
+                        present[k] = present.get(k, 0) + v
                 yield encode_examples(batch, job.schema) if example else batch.column(0)
 
         name = output.shard_name(index, job.num_shards, job.conv.compression)
@@ -570,10 +575,11 @@ class WriteShard(beam.DoFn):
             written = output.write_split_shards(assigned(), job.conv.output, job.attempt(),
                                                 [f"{split}/{name}" for split in job.splits.names],
                                                 job.conv.compression, opener=job.files.open)
-        for w in written:
+        for k, w in enumerate(written):
             self.records_written.inc(w.records)
             self.bytes_written.inc(w.bytes)
-            yield {"kind": "records", **output.written_file_dict(w)}
+            counts = present if example and job.splits is None and k == 0 else None
+            yield {"kind": "records", **output.written_file_dict(w), "present": counts}
 
 
 class WriteRejects(beam.DoFn):
@@ -811,9 +817,11 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
         summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
     try:
         if job.splits is None:
+            present = output.sum_present(d.get("present") for d in report if d["kind"] == "records") \
+                if job.schema.record_type == "example" else None
             manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
                                      compression=conv.compression, engine="beam",
-                                     max_reject_fraction=conv.max_reject_fraction)
+                                     max_reject_fraction=conv.max_reject_fraction, present=present)
         else:
             manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
                                             schema=job.schema, compression=conv.compression, engine="beam",

@@ -499,3 +499,19 @@ def _note(reasons: list, mask: np.ndarray, reason: str) -> None:
     for i in np.flatnonzero(mask):
         if reasons[i] is None:
             reasons[i] = reason
+
+
+def present_counts(batch: pa.RecordBatch, schema: Schema, mask=None) -> dict[str, int]:
+    """How many of the rows (those where ``mask`` is true, default all) have each feature present
+    in the record they encode to: a null value (scalar or list) leaves the feature out; an empty
+    list is present.  Recorded per feature in ``_manifest.json`` (``present``), so that the loader
+    can tell before the first batch that a feature without a default is sometimes missing."""
+    import pyarrow.compute as pc
+
+    out = {}
+    for f in schema.features:
+        valid = batch.column(batch.schema.get_field_index(f.name)).is_valid()
+        if mask is not None:
+            valid = pc.and_(valid, mask)
+        out[f.name] = int(pc.sum(pc.cast(valid, pa.int64())).as_py() or 0)
+    return out

@@ -122,7 +122,10 @@ def spark_job_main(argv: list[str] | None = None) -> int:
         return code
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName("tfrecord-io to_tfrecord").getOrCreate()
+    builder = SparkSession.builder.appName("tfrecord-io to_tfrecord")
+    if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+    spark = builder.getOrCreate()
     try:
         return run_spark(spark, _options(args), debug=args.debug)
     finally:
@@ -233,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     spark_conf = SparkConf()
+    if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
+        spark_conf.set("spark.ui.showConsoleProgress", "false")
     for k, v in conf.items():
         spark_conf.set(k, v)
     builder = SparkSession.builder.appName("tfrecord-io convert").config(conf=spark_conf)

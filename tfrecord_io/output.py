@@ -23,7 +23,7 @@ import os
 import posixpath
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from tfrecord_io import fs
@@ -64,6 +64,7 @@ class ConversionTotals:
     records: int = 0
     rejected: int = 0
     rows_in_records: int | None = None
+    present: dict | None = field(default=None, compare=False)  # records holding each feature (Examples)
 
     @property
     def converted_rows(self) -> int:
@@ -217,17 +218,21 @@ def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float) 
 
 
 def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
-           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
+           present: dict[str, int] | None = None) -> dict:
     """Move the winning attempts' files into place, then write ``_manifest.json`` and ``_SUCCESS``.
 
     ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
-    commits nothing) when too much was rejected.
+    commits nothing) when too much was rejected.  ``present``: records holding each feature
+    (:func:`tfrecord_io.codec.present_counts`), kept in the manifest.
     """
     _check_files(files, totals.records)
     check_reject_fraction(totals, max_reject_fraction)
     _move(output, [*files, *rejects])
     fs.delete(fs.join(output, TEMPORARY), recursive=True)
     manifest = _manifest(engine, schema, compression, files, rejects, totals)
+    if present is not None:
+        manifest["present"] = dict(present)
     _finish(output, manifest)
     return manifest
 
@@ -337,6 +342,17 @@ def write_split_shards(batches: Iterable, output: str, attempt: str, final_names
         for h in handles:
             h.close()
     return [WrittenFile(p, n, w.records_written, w.bytes_written) for p, n, w in zip(paths, final_names, writers)]
+
+
+def sum_present(counts: Iterable[dict | None]) -> dict[str, int] | None:
+    """Per-feature present counts of several task reports added up (None if any report lacks them)."""
+    total: dict[str, int] = {}
+    for c in counts:
+        if c is None:
+            return None
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
 
 
 def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compression: str = "none",

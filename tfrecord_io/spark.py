@@ -152,7 +152,7 @@ _REJECT_COLUMNS = (SOURCE, START, LINE, RAW, REASON)
 
 REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, final_name string, "
               "records bigint, bytes bigint, input_rows bigint, job_records bigint, rejected bigint, "
-              "rows_in_records bigint")
+              "rows_in_records bigint, present string")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +214,8 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     output.check_reject_fraction(totals, options.max_reject_fraction)
     if split_config is None:
         manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
-                                 engine="spark", max_reject_fraction=options.max_reject_fraction)
+                                 engine="spark", max_reject_fraction=options.max_reject_fraction,
+                                 present=totals.present)
     else:
         manifest = output.commit_splits(out, split_config, files, rejects, totals, schema=schema,
                                         compression=options.compression, engine="spark",
@@ -363,6 +364,7 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
     rejects: list[output.WrittenFile] = []
     totals = output.ConversionTotals(rows_in_records=0 if record_type == "sequence_example" else None)
     seen: set[int] = set()
+    presents: list = []
     for r in reports:
         wf = output.WrittenFile(r["temp_path"], r["final_name"], int(r["records"]), int(r["bytes"]))
         if r["kind"] == "rejects":
@@ -374,6 +376,7 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
         if r["partition"] in seen:  # cannot happen: Spark returns one attempt per partition
             raise RuntimeError(f"two reports for partition {r['partition']}")
         seen.add(r["partition"])
+        presents.append(json.loads(r["present"]) if r["present"] else ({} if not int(r["job_records"]) else None))
         totals.input_rows += int(r["input_rows"])
         totals.records += int(r["job_records"])
         totals.rejected += int(r["rejected"])
@@ -384,6 +387,7 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
             [f"{name}/{output.shard_name(p, num_shards, compression)}" for name in split_config.names]
         for name in names:
             files.append(output.write_shard([], out, f"{job_id}-driver", name, compression))
+    totals.present = output.sum_present(presents) if record_type == "example" and split_config is None else None
     return files, rejects, totals
 
 
@@ -762,6 +766,7 @@ class WriteStage:
             "job_records": [stats["records"]] * len(rows),
             "rejected": [spool.count] * len(rows),
             "rows_in_records": [stats["rows_in_records"]] * len(rows),
+            "present": [json.dumps(stats["present"]) if "present" in stats else None] * len(rows),
         }, schema=_REPORT_SCHEMA)
 
     # -- Examples -----------------------------------------------------------------------------
@@ -785,6 +790,13 @@ class WriteStage:
                     keep[lost] = False
                     records = records.filter(pa.array(keep))
                     which = [w for w in which if w is not None]
+            if self.splits is None:  # records holding each feature (split outputs do not keep them)
+                kept = ~bad
+                kept[list(refused)] = False
+                counts = codec.present_counts(batch, self.schema, pa.array(kept))
+                present = stats.setdefault("present", {})
+                for k, v in counts.items():
+                    present[k] = present.get(k, 0) + v
             if refused or bad.any():
                 reasons = reason.to_pylist()
                 for i, why in refused.items():
@@ -946,7 +958,7 @@ class WriteStage:
 _REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("attempt", pa.string()),
                             ("temp_path", pa.string()), ("final_name", pa.string()), ("records", pa.int64()),
                             ("bytes", pa.int64()), ("input_rows", pa.int64()), ("job_records", pa.int64()),
-                            ("rejected", pa.int64()), ("rows_in_records", pa.int64())])
+                            ("rejected", pa.int64()), ("rows_in_records", pa.int64()), ("present", pa.string())])
 
 
 def _reject_json(row: dict) -> dict:

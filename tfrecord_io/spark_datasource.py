@@ -124,6 +124,7 @@ class _Written(WriterCommitMessage):
     input_rows: int
     records: int
     rejected: int
+    present: dict
 
 
 @dataclass
@@ -147,6 +148,7 @@ class _Writer(DataSourceArrowWriter):
         part = ctx.partitionId()
         attempt = f"{self.job_id}-p{part:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
         counts = {"input_rows": 0, "records": 0}
+        present: dict[str, int] = {}
         rejects: list[dict] = []
 
         def records():
@@ -164,6 +166,8 @@ class _Writer(DataSourceArrowWriter):
                     typed = typed.filter(pa.array(~bad))
                 if typed.num_rows:
                     counts["records"] += typed.num_rows
+                    for k, v in codec.present_counts(typed, self.schema).items():
+                        present[k] = present.get(k, 0) + v
                     yield codec.encode_examples(typed, self.schema)
 
         from tfrecord_io.spark import _after_first_batch, _die, _first_attempt_of
@@ -176,7 +180,7 @@ class _Writer(DataSourceArrowWriter):
         written = output.write_rejects(iter(rejects), self.path, attempt, f"part-{part:05d}.jsonl")
         return _Written(part, output.written_file_dict(shard),
                         output.written_file_dict(written) if written else None,
-                        counts["input_rows"], counts["records"], len(rejects))
+                        counts["input_rows"], counts["records"], len(rejects), present)
 
     def _typed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = []
@@ -205,7 +209,8 @@ class _Writer(DataSourceArrowWriter):
             totals.records += m.records
             totals.rejected += m.rejected
         output.commit(self.path, files, rejects, totals, schema=self.schema, compression=self.compression,
-                      engine="spark-datasource", max_reject_fraction=self.max_reject_fraction)
+                      engine="spark-datasource", max_reject_fraction=self.max_reject_fraction,
+                      present=output.sum_present(m.present for m in messages))
 
     def abort(self, messages: list) -> None:
         temporary = fs.join(self.path, output.TEMPORARY)

@@ -453,6 +453,26 @@ def _pipeline_files(files: Sequence[ShardFile], input_context) -> tuple[list[Sha
     return list(files[i::n]), None
 
 
+def _check_present(schema: Schema, src: Source) -> None:
+    """Refuse, before the first batch, a feature that TensorFlow would require (a scalar or ``[k]``
+    feature without a default) but that the manifest says some records lack: parsing would stop
+    at the first such batch with TF's "Feature: NAME ... is required but could not be found"."""
+    present = (src.manifest or {}).get("present")
+    total = src.total_records
+    if schema.record_type != "example" or not present or total is None:
+        return
+    for f in schema.features:
+        if f.is_varlen or f.default is not None or f.name not in present:
+            continue
+        missing = total - int(present[f.name])
+        if missing > 0:
+            raise ValueError(
+                f"feature {f.name!r} is missing from {missing:,} of {total:,} records of {src.description} and has "
+                f"no default, so parsing would fail at the first batch holding one: give it a default "
+                f"(make_dataset(schema=...) with 'default:' set, or in the schema before converting), or leave "
+                f"it out with features=[...]")
+
+
 def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
     """``schema`` narrowed to the features ``names`` (and its label): what ``make_dataset(features=)``
     parses.  ValueError naming an unknown feature and the closest one."""
@@ -951,6 +971,7 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
         src = dataclasses.replace(src, files=tuple(dataclasses.replace(f, compression=opts.compression)
                                                    for f in src.files))
     resolved_schema = select_features(_resolve_schema(schema, src), features)
+    _check_present(resolved_schema, src)
     parse = _parser(resolved_schema, opts.ragged)
     files, record_shard = _pipeline_files(src.files, input_context)
     if record_shard is not None and opts.shuffle and opts.seed is None:

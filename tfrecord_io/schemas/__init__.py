@@ -1,0 +1,1 @@
+"""Schemas shipped with the package (the demo's ``taxi.yaml``; ``conf/taxi.yaml`` links here)."""
