@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[all,test]'
 	@touch $@
 
 # The Apache Hadoop 3.5.0 jars for the local HDFS, resolved by Maven into ~/.cache/tfrecord-io.

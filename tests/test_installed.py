@@ -45,6 +45,63 @@ def installed(tmp_path_factory) -> Path:
     return venv
 
 
+TF_PACKAGES = ("tensorflow", "tensorboard", "keras", "tf_keras", "ml_dtypes", "tensorflow_io")
+
+
+@pytest.fixture(scope="module")
+def slim(installed, tmp_path_factory) -> Path:
+    """A venv with the wheel and every dependency of the test venv EXCEPT TensorFlow (and
+    TensorBoard, Keras): their files are not on its path, so ``import tensorflow`` fails there as it
+    does on an executor installed with ``pip install "tfrecord-io[spark,beam]"``."""
+    base = tmp_path_factory.mktemp("slim")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    source = Path(sysconfig.get_paths()["purelib"])
+    for entry in source.iterdir():
+        name = entry.name.lower()
+        if name.startswith(TF_PACKAGES) or name.startswith(("tfrecord_io", "__editable__")) or entry.suffix == ".pth":
+            continue
+        (site / entry.name).symlink_to(entry)
+    wheel = next((installed.parent / "wheels").glob("tfrecord_io-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True, text=True, timeout=600)
+    (venv / "bin" / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.cli import main\n"
+                                             f"sys.exit(main())\n")
+    (venv / "bin" / "tfrecord-io").chmod(0o755)
+    return venv
+
+
+def test_the_converters_work_without_tensorflow(slim, tmp_path):
+    """Issue #14 item 3: the core, the Spark job, the DataFrame source and the Beam pipeline need no
+    TensorFlow (executors and workers use this Python too)."""
+    py, cli = str(slim / "bin" / "python"), str(slim / "bin" / "tfrecord-io")
+    gone = _run(slim, py, "-c", "import tensorflow", cwd=tmp_path, check=False)
+    assert gone.returncode != 0 and "No module named 'tensorflow'" in gone.stderr
+    data = tmp_path / "in.csv"
+    data.write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(40)))
+    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    common = ["--input", str(data), "--format", "csv", "--schema", str(tmp_path / "s.yaml")]
+    _run(slim, cli, "convert", "--engine", "spark", "--master", "local[1]", *common, "--output",
+         str(tmp_path / "spark"), cwd=tmp_path)
+    _run(slim, cli, "convert", "--engine", "beam", *common, "--output", str(tmp_path / "beam"),
+         "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
+    script = tmp_path / "df.py"
+    script.write_text(
+        "import sys\nfrom pyspark.sql import SparkSession\nfrom tfrecord_io import spark_datasource\n"
+        "s = SparkSession.builder.master('local[1]').getOrCreate()\nspark_datasource.register(s)\n"
+        f"s.range(25).write.format('tfrecord').mode('append').save({str(tmp_path / 'df')!r})\n"
+        f"print(sorted(r['id'] for r in s.read.format('tfrecord').load({str(tmp_path / 'df')!r}).collect()))\n")
+    out = _run(slim, py, str(script), cwd=tmp_path)
+    assert out.stdout.strip().splitlines()[-1] == str(list(range(25)))
+    for name in ("spark", "beam"):
+        _run(slim, cli, "verify", str(tmp_path / name), cwd=tmp_path)
+        shown = _run(slim, cli, "inspect", str(tmp_path / name), "--head", "1", cwd=tmp_path)
+        assert "40" in shown.stdout
+
+
 def _run(venv: Path, *args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYSPARK_PYTHON=str(venv / "bin" / "python"), TF_CPP_MIN_LOG_LEVEL="3",
