@@ -205,3 +205,23 @@ def test_a_silent_namenode_fails_the_conversion_in_bounded_time(engine, session,
         elapsed = time.monotonic() - started
     assert elapsed < 30, f"{engine}: {elapsed:.1f}s"
     assert "127.0.0.1" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- defaults that train well
+def test_sorted_input_gives_mixed_batches_by_default(engine, session, tmp_path):
+    """Issue #15 item 4: date-sorted input, one shard, the default loader: the first batches already
+    span the whole range (records are shuffled within shards when written)."""
+    from tfrecord_io.tfdata import make_dataset
+
+    n = 40_000  # four times the loader's default shuffle buffer
+    (tmp_path / "in.csv").write_text("id,x,s\n" + "".join(f"{i},{i},d\n" for i in range(n)))
+    schema = _schema_file(tmp_path, hostile_corpus.SCHEMA)
+    convert(engine, session, str(tmp_path / "in.csv"), "csv", schema, str(tmp_path / "out"), num_shards=1)
+    ids = np.concatenate([b["id"].numpy() for b, _ in zip(make_dataset(str(tmp_path / "out"), batch_size=256,
+                                                                        seed=1, prefetch_to_device=False), range(3))])
+    assert ids.min() < 0.1 * n and ids.max() > 0.9 * n, (ids.min(), ids.max())
+    convert(engine, session, str(tmp_path / "in.csv"), "csv", schema, str(tmp_path / "ordered"), num_shards=1,
+            record_order="input")
+    first = np.concatenate([b["id"].numpy() for b, _ in zip(make_dataset(str(tmp_path / "ordered"), batch_size=256,
+                                                                          seed=1, prefetch_to_device=False), range(3))])
+    assert first.max() < 0.5 * n  # what it was: input order, the window holds only the start

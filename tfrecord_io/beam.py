@@ -552,11 +552,14 @@ class WriteShard(beam.DoFn):
 
         present: dict[str, int] = {}
 
+        def batches():
+            typed = (_from_ipc(piece) for piece in pieces if piece is not None)
+            if example and job.conv.record_order == "shuffled":
+                return _shuffled(typed, np.random.default_rng(index))
+            return typed
+
         def records():
-            for piece in pieces:
-                if piece is None:
-                    continue
-                batch = _from_ipc(piece)
+            for batch in batches():
                 if example:
                     for k, v in present_counts(batch, job.schema).items():
                         present[k] = present.get(k, 0) + v
@@ -580,6 +583,29 @@ class WriteShard(beam.DoFn):
             self.bytes_written.inc(w.bytes)
             counts = present if example and job.splits is None and k == 0 else None
             yield {"kind": "records", **output.written_file_dict(w), "present": counts}
+
+
+SHUFFLE_HOLD_BYTES = 1 << 30  # rows of one shard held to be shuffled together (larger shards: by windows)
+
+
+def _shuffled(batches: Iterable[pa.RecordBatch], rng) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batches`` in a random order: all of them when they fit in
+    :data:`SHUFFLE_HOLD_BYTES`, else window by window (``record_order="shuffled"``)."""
+    held: list[pa.RecordBatch] = []
+    size = 0
+
+    def permute():
+        table = pa.Table.from_batches(held)
+        yield from table.take(pa.array(rng.permutation(table.num_rows))).to_batches(max_chunksize=65_536)
+
+    for batch in batches:
+        held.append(batch)
+        size += batch.nbytes
+        if size >= SHUFFLE_HOLD_BYTES:
+            yield from permute()
+            held, size = [], 0
+    if held:
+        yield from permute()
 
 
 class WriteRejects(beam.DoFn):

@@ -12,7 +12,9 @@ Pipeline (one Spark job, two stages)::
          file -- and parses it with tfrecord_io.csv_arrow, the Beam pipeline's parser: typed
          rows plus rejected rows, each with its file, split, line, raw text, reason  (Python)
       -> repartition(N): N = number of shards                                         (shuffle)
-         Examples: hash of (file, split, line), unique per row, so shards are even;
+         Examples: hash of (file, split, line), unique per row, so shards are even, and
+         (``record_order="shuffled"``, the default) sorted by another hash of it within each
+         shard, so that sorted input does not give sorted shards;
          SequenceExamples: the group_by column, then sorted by group, order_by
       -> mapInArrow "write": encode the converted rows (codec.encode_examples /
          encode_sequence_examples), frame and write shard i with output.write_shard into
@@ -572,6 +574,8 @@ def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: 
         # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
         # and deterministically, so a recomputed map task sends each row where it went before.
         staged = prepared.repartition(num_shards, F.col(SOURCE), F.col(START), F.col(LINE))
+        if opts.record_order == "shuffled":  # a random but deterministic order within each shard
+            staged = staged.sortWithinPartitions(F.xxhash64(F.col(SOURCE), F.col(START), F.col(LINE)))
     else:
         order = [F.col(_q(schema.group_by))]
         if schema.order_by and schema.order_by != schema.group_by:
