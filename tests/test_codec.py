@@ -294,3 +294,83 @@ def test_sequence_null_step_without_default_is_a_row_error():
     assert reasons[0] is None and "a step is null" in reasons[1]
     with pytest.raises(ValueError, match=r"sequence feature 'v', row 1: a step is null"):
         encode_sequence_examples(batch, schema)
+
+
+# ---------------------------------------------------------------------------------------
+# Property-based (issue #12 item 7): encode -> decode gives the input back; row_errors agrees
+# with what encoding accepts; SequenceExamples round-trip
+# ---------------------------------------------------------------------------------------
+def _as_written(f: Feature, v):
+    """What a value reads back as: float32-rounded floats, UTF-8 bytes for strings."""
+    import numpy as np
+
+    def one(x):
+        if f.type == "float":
+            return np.float32(x).tobytes()  # compare bit patterns: NaN and -0.0 included
+        if f.type == "string":
+            return x.encode("utf-8")
+        return x
+
+    return [one(x) for x in v] if isinstance(v, list) else [one(v)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema_and_rows())
+def test_encode_then_decode_gives_the_input_back(data):
+    import numpy as np
+
+    from tfrecord_io.decode import decode_example
+
+    schema, rows = data
+    batch = batch_of(schema, rows)
+    errors = row_errors(batch, schema)
+    good = [i for i, e in enumerate(errors) if e is None]
+    if not good:
+        return
+    records = encode_examples(batch.take(pa.array(good, pa.int64())), schema).to_pylist()
+    for i, rec in zip(good, records):
+        decoded = decode_example(rec)
+        for f in schema.features:
+            value = rows[i][f.name]
+            if value is None:
+                assert f.name not in decoded, (f.name, decoded)
+                continue
+            kind, got = decoded[f.name]
+            if f.type == "float":
+                got = [np.float32(x).tobytes() for x in got]
+            assert got == _as_written(f, value), (f.name, value, got)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema_and_rows())
+def test_row_errors_flag_exactly_the_rows_the_rules_refuse(data):
+    schema, rows = data
+    batch = batch_of(schema, rows)
+    errors = row_errors(batch, schema)
+    for row, error in zip(rows, errors):
+        broken = [f.name for f in schema.features if isinstance(row[f.name], list) and (
+            any(x is None for x in row[f.name]) or (f.fixed_length and len(row[f.name]) != f.fixed_length))]
+        assert (error is not None) == bool(broken), (row, error)
+        if error is not None:
+            assert any(f"'{name}'" in error for name in broken)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.fixed_dictionaries({
+    "session": st.text(max_size=6), "user": st.one_of(st.none(), st.integers(I64_MIN, I64_MAX)),
+    "steps": st.lists(st.tuples(st.integers(I64_MIN, I64_MAX), st.floats(width=32, allow_nan=False),
+                                st.lists(st.text(max_size=4), max_size=3)), max_size=6)}), max_size=8))
+def test_sequence_examples_encode_then_decode_back(groups):
+    import numpy as np
+
+    from tfrecord_io.decode import decode_sequence_example
+
+    batch = seq_batch([{"session": g["session"], "user": g["user"], "ts": [s[0] for s in g["steps"]],
+                        "price": [s[1] for s in g["steps"]], "words": [s[2] for s in g["steps"]]} for g in groups])
+    for g, rec in zip(groups, encode_sequence_examples(batch, SEQ).to_pylist()):
+        context, lists = decode_sequence_example(rec)
+        assert context["session"][1] == [g["session"].encode()]
+        assert ("user" in context) == (g["user"] is not None)
+        assert [v[0] for _, v in lists.get("ts", [])] == [s[0] for s in g["steps"]]
+        assert [np.float32(v[0]) for _, v in lists.get("price", [])] == [np.float32(s[1]) for s in g["steps"]]
+        assert [[w.decode() for w in v] for _, v in lists.get("words", [])] == [s[2] for s in g["steps"]]
