@@ -23,7 +23,6 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -803,3 +802,43 @@ def test_one_set_of_options_for_every_entry_point():
     assert opts.default_num_shards(10**15) == opts.MAX_AUTO_SHARDS == 1000
     with pytest.raises(ValueError, match="max-reject-fraction"):
         ConversionOptions(inputs="a", input_format="csv", schema="s", output="o", max_reject_fraction=1.5)
+
+
+def test_dataframe_source_speculative_straggler_is_exactly_once(standalone_two_hosts, tmp_path):
+    """issue #13 section 1: the tfrecord data source on the two-host standalone cluster, partition 0's
+    first attempt stalls after its first batch, Spark speculates it on the other host, the copy wins:
+    every row once, one file per partition, nothing left under _temporary."""
+    master, run = standalone_two_hosts
+    exec_python = _executor_python(tmp_path)
+    zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
+    out = tmp_path / "out"
+    script = tmp_path / "write_df.py"
+    script.write_text(
+        "from pyspark.sql import SparkSession\nfrom tfrecord_io import spark_datasource\n"
+        "spark = SparkSession.builder.getOrCreate()\nspark_datasource.register(spark)\n"
+        "spark.conf.set('spark.sql.execution.arrow.maxRecordsPerBatch', '500')\n"
+        "spark.range(6000).repartition(3).write.format('tfrecord').mode('append')"
+        f".option('stallFirstAttempt', '0').save({str(out)!r})\n"
+        "spark.stop()\n")
+    conf = {"spark.pyspark.python": exec_python, "spark.executorEnv.PYSPARK_PYTHON": exec_python,
+            "spark.pyspark.driver.python": sys.executable, "spark.executor.memory": "512m",
+            "spark.executor.cores": "1", "spark.cores.max": "2", "spark.task.maxFailures": "1",
+            "spark.locality.wait": "0s", "spark.speculation": "true", "spark.speculation.interval": "100ms",
+            "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.2",
+            "spark.speculation.minTaskRuntime": "500ms", "spark.speculation.efficiency.enabled": "false",
+            "spark.python.task.killTimeout": "1s"}
+    proc = spark_submit([str(script)], master=master, conf=conf, extra=["--py-files", zip_path],
+                        env={"SPARK_LOCAL_IP": "127.0.0.1"}, timeout=240)
+    executors = _executor_logs(run)
+    context = f"\n--- executors\n{executors[-4000:]}\n--- spark-submit\n{proc.stderr[-2500:]}"
+    assert len(re.findall(r"stalling task attempt \S+-p00000-a0-", executors)) == 1, context
+    assert "woke after" not in executors, context
+    manifest = output.read_manifest(str(out))
+    assert manifest["totals"] == {"input_rows": 6000, "records": 6000, "rejected": 0}, context
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json"] + \
+        [f"part-0000{k}-of-00003.tfrecord" for k in range(3)]
+    from tfrecord_io.decode import decode_example
+
+    records = serialized_records(sorted(out.glob("part-*")))
+    assert set(records.values()) == {1}
+    assert sorted(decode_example(r)["id"][1][0] for r in records) == list(range(6000))

@@ -135,6 +135,7 @@ class _Writer(DataSourceArrowWriter):
     job_id: str
     max_reject_fraction: float
     fail_first_attempt: str = ""  # fault injection (tests): as the job's TFRECORD_IO_FAIL_FIRST_ATTEMPT
+    stall_first_attempt: str = ""  # and TFRECORD_IO_STALL_FIRST_ATTEMPT (a straggler, for speculation)
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -170,11 +171,14 @@ class _Writer(DataSourceArrowWriter):
                         present[k] = present.get(k, 0) + v
                     yield codec.encode_examples(typed, self.schema)
 
-        from tfrecord_io.spark import _after_first_batch, _die, _first_attempt_of
+        from tfrecord_io.spark import _after_first_batch, _die, _first_attempt_of, _stall
 
         batches = records()
         if _first_attempt_of(self.fail_first_attempt, part, ctx.attemptNumber()):
             batches = _after_first_batch(batches, lambda: _die(attempt))
+        elif _first_attempt_of(self.stall_first_attempt, part, ctx.attemptNumber()):
+            temporary = fs.join(self.path, output.TEMPORARY)
+            batches = _after_first_batch(batches, lambda: _stall(attempt, temporary))
         name = f"part-{part:05d}.tfrecord"
         shard = output.write_shard(batches, self.path, attempt, name, self.compression)
         written = output.write_rejects(iter(rejects), self.path, attempt, f"part-{part:05d}.jsonl")
@@ -319,11 +323,13 @@ class TFRecordDataSource(DataSource):
         fs.makedirs(fs.join(path, output.TEMPORARY))
         import os
 
-        from tfrecord_io.spark import FAIL_FIRST_ATTEMPT_ENV
+        from tfrecord_io.spark import FAIL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_ENV
 
         fraction = float(opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION))
+        # Fault injection (tests): the job's switches, from the environment or as options.
         return _Writer(path, tf_schema, _CODECS[codec_name], uuid.uuid4().hex[:12], fraction,
-                       os.environ.get(FAIL_FIRST_ATTEMPT_ENV, ""))
+                       opts.get("failfirstattempt", os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "")),
+                       opts.get("stallfirstattempt", os.environ.get(STALL_FIRST_ATTEMPT_ENV, "")))
 
 
 def _true(value) -> bool:
