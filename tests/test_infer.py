@@ -171,3 +171,25 @@ def _infer_then_convert(engine, session, tmp_path, table, fmt):
                        allow_missing_columns=fmt == "json")  # a JSON column may be absent from every row
     assert manifest["totals"]["rejected"] == 0, (text, rows)
     assert manifest["totals"]["records"] == len(rows)
+
+
+def test_parquet_and_orc_are_typed_by_their_own_schema(tmp_path):
+    import pyarrow as pa
+    import pyarrow.orc as orc
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": pa.array([1, 2], pa.int32()), "x": pa.array([0.5, None], pa.float64()),
+                      "name": ["a", "b"], "tags": pa.array([["t"], []], pa.list_(pa.string())),
+                      "when": pa.array([1, 2], pa.timestamp("s")), "ok": [True, False]})
+    (tmp_path / "pq").mkdir()
+    pq.write_table(table, tmp_path / "pq" / "part-0.parquet")
+    orc.write_table(table, str(tmp_path / "t.orc"))
+    for fmt, path in (("parquet", tmp_path / "pq"), ("orc", tmp_path / "t.orc")):
+        text = schema_yaml(infer_columns(str(path), fmt), fmt, CsvOptions(), 0)
+        schema = Schema.from_yaml(text)
+        f = {x.name: x for x in schema.features}
+        assert {n: (x.type, x.shape) for n, x in f.items()} == {
+            "id": ("int64", None), "x": ("float", None), "name": ("string", None), "tags": ("string", (-1,)),
+            "ok": ("int64", None)}, fmt
+        assert f["x"].default == 0.0 and schema.ignore_columns == ("when",), fmt
+        assert "when: timestamp[" in text and "from the " + fmt + " file's own schema" in text

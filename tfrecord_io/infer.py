@@ -43,6 +43,8 @@ class _Column:
     nested: bool = False
     tokens: set[str] = field(default_factory=set)  # null tokens seen (CSV)
     nan_cells: int = 0  # "NaN"/"nan" cells (CSV), decided once the column's type is known
+    declared: bool = False  # typed by a Parquet/ORC schema (counts mean nothing)
+    unsupported: str | None = None  # a Parquet/ORC type no feature takes
 
     def see(self, kind: str | None) -> None:
         if kind is None:
@@ -147,9 +149,46 @@ def infer_columns(uri: str, input_format: str, sample_rows: int = DEFAULT_SAMPLE
                     col.see("string")
                 else:
                     col.see(values.json_kind(value))
+    elif input_format in ("parquet", "orc"):
+        return _columnar(uri, input_format)
     else:
-        raise ValueError(f"unknown input format {input_format!r}; expected csv or json")
+        raise ValueError(f"unknown input format {input_format!r}; expected csv, json, parquet or orc")
     return list(columns.values())
+
+
+def _columnar(uri: str, input_format: str) -> list[_Column]:
+    """Columns from a Parquet or ORC file's own types (the first file of the input); nothing is sampled."""
+    import pyarrow as pa
+
+    first = inputs.list_inputs(uri)[0].path
+    with inputs.open_input(first) as f:
+        if input_format == "parquet":
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(pa.PythonFile(f, mode="r"))
+        else:
+            import pyarrow.orc as orc
+
+            schema = orc.ORCFile(pa.BufferReader(f.read())).schema
+    out = []
+    for fld in schema:
+        t, is_list = fld.type, False
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            t, is_list = t.value_type, True
+        kind = ("int64" if pa.types.is_integer(t) or pa.types.is_boolean(t) else
+                "float" if pa.types.is_floating(t) else
+                "string" if pa.types.is_string(t) or pa.types.is_large_string(t) else
+                "bytes" if pa.types.is_binary(t) or pa.types.is_large_binary(t) else None)
+        col = _Column(fld.name, is_list=is_list)
+        if kind is None:
+            col.unsupported = str(fld.type)
+        else:
+            col.kinds.add(kind)
+            col.non_null = 1
+            col.nulls = 1 if fld.nullable and not is_list else 0
+            col.declared = True
+        out.append(col)
+    return out
 
 
 def _json_lines(uri: str) -> Iterator[tuple[str, int, str]]:
@@ -163,9 +202,10 @@ def _json_lines(uri: str) -> Iterator[tuple[str, int, str]]:
 
 def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int) -> str:
     """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``)."""
-    lines = [f"# Inferred by tfrecord-io infer-schema from up to {sample_rows} {input_format} rows: review it.",
-             "record_type: example", "features:"]
-    nested = [c for c in columns if c.nested and input_format == "json"]
+    source = f"the {input_format} file's own schema" if input_format in ("parquet", "orc") else \
+        f"up to {sample_rows} {input_format} rows"
+    lines = [f"# Inferred by tfrecord-io infer-schema from {source}: review it.", "record_type: example", "features:"]
+    nested = [c for c in columns if (c.nested and input_format == "json") or c.unsupported]
     for c in columns:
         if c in nested:
             continue
@@ -178,7 +218,10 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
             entry += f", default: {json.dumps(_DEFAULTS[c.type])}"
         entry += "}"
         notes = []
-        if c.non_null == 0:
+        if c.declared:
+            notes.append("nullable in the file's schema" if c.nulls else "")
+            notes = [n for n in notes if n]
+        elif c.non_null == 0:
             notes.append("always empty in the sample: type is a guess")
         elif c.nulls:
             notes.append(f"{c.nulls} null(s) in {c.nulls + c.non_null} sampled rows: the loader fills the default")
@@ -186,7 +229,9 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
             notes.append("mixed JSON types: only its strings convert, other values are rejects")
         lines.append(entry + (f"  # {'; '.join(notes)}" if notes else ""))
     if nested:
-        lines.append("# Nested JSON objects or lists of lists: no feature type takes them (flatten them first).")
+        lines.append("# No feature type takes these (nested JSON, or " + ", ".join(
+            sorted({f"{c.name}: {c.unsupported}" for c in nested if c.unsupported}) or ["-"])
+            + "): flatten or cast them to use them.")
         lines.append(f"ignore_columns: {json.dumps([c.name for c in nested])}")
     if input_format == "csv":
         tokens = sorted(set().union(*(c.tokens for c in columns)) | {""}, key=lambda t: (t != "", t))
@@ -197,8 +242,9 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="file, directory or glob; local path, file:// or hdfs://")
-    parser.add_argument("--format", required=True, choices=("csv", "json"), dest="input_format",
-                        help="csv, or json (JSON Lines: one object per line)")
+    parser.add_argument("--format", required=True, choices=("csv", "json", "parquet", "orc"), dest="input_format",
+                        help="csv, json (JSON Lines: one object per line), or parquet / orc (typed by the file's "
+                             "own schema)")
     parser.add_argument("--sample-rows", type=int, default=DEFAULT_SAMPLE_ROWS,
                         help=f"rows to look at (default {DEFAULT_SAMPLE_ROWS})")
     parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
