@@ -125,6 +125,10 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
                                                            prefetch_to_device=False, features=["n"]))
         assert n == top["splits"]["eval"]["records"]
     assert got["spark"] == got["beam"]  # row for row
+    # --overwrite replaces a split output (its split directories are a conversion's own)
+    again = convert("beam", None, inp, "json", schema, str(tmp_path / "beam"), split="train=8,eval=1,test=1",
+                    split_by=feature, num_shards=2, overwrite=True)
+    assert again["totals"] == got["beam"][1]
     splits = Splits(("train", "eval", "test"), (8, 1, 1), feature)
     per_split, totals = got["beam"]
     for name, recs in per_split.items():

@@ -90,6 +90,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 import zlib
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -550,7 +551,7 @@ class WriteShard(beam.DoFn):
         job = self.job
         example = job.schema.record_type == "example"
 
-        present: dict[str, int] = {}
+        present: Counter = Counter()
 
         def batches():
             typed = (_from_ipc(piece) for piece in pieces if piece is not None)
@@ -561,8 +562,7 @@ class WriteShard(beam.DoFn):
         def records():
             for batch in batches():
                 if example:
-                    for k, v in present_counts(batch, job.schema).items():
-                        present[k] = present.get(k, 0) + v
+                    present.update(present_counts(batch, job.schema))
                 yield encode_examples(batch, job.schema) if example else batch.column(0)
 
         name = output.shard_name(index, job.num_shards, job.conv.compression)
@@ -581,7 +581,7 @@ class WriteShard(beam.DoFn):
         for k, w in enumerate(written):
             self.records_written.inc(w.records)
             self.bytes_written.inc(w.bytes)
-            counts = present if example and job.splits is None and k == 0 else None
+            counts = dict(present) if example and job.splits is None and k == 0 else None
             yield {"kind": "records", **output.written_file_dict(w), "present": counts}
 
 
@@ -843,11 +843,11 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
         summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
     try:
         if job.splits is None:
-            present = output.sum_present(d.get("present") for d in report if d["kind"] == "records") \
-                if job.schema.record_type == "example" else None
+            if job.schema.record_type == "example":
+                totals.present = output.sum_present(d.get("present") for d in report if d["kind"] == "records")
             manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
                                      compression=conv.compression, engine="beam",
-                                     max_reject_fraction=conv.max_reject_fraction, present=present)
+                                     max_reject_fraction=conv.max_reject_fraction)
         else:
             manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
                                             schema=job.schema, compression=conv.compression, engine="beam",

@@ -78,10 +78,7 @@ def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[di
         print("tfrecord-io: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - every outcome is reported as one line and an exit status
-        if debug:
-            traceback.print_exc()
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
-        return exit_status(e)
+        return _report(e, debug)
     print(summary(manifest), file=sys.stderr)
     print(json.dumps({"event": "tfrecord-io-done", **(done(manifest) if done else {}),
                       "totals": manifest["totals"], "files": len(manifest["files"])}))
@@ -95,10 +92,6 @@ def preflight(options: opts.ConversionOptions) -> None:
     options.load_schema()
     if options.input_format != "table":  # a table is looked up in Spark's catalog
         inputs.list_inputs(options.inputs)
-
-
-def _options(args: argparse.Namespace) -> opts.ConversionOptions:
-    return opts.from_args(args)
 
 
 # ------------------------------------------------------------------------------------ Spark
@@ -127,7 +120,7 @@ def spark_job_main(argv: list[str] | None = None) -> int:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
     try:
-        return run_spark(spark, _options(args), debug=args.debug)
+        return run_spark(spark, opts.from_args(args), debug=args.debug)
     finally:
         spark.stop()
 
@@ -135,13 +128,18 @@ def spark_job_main(argv: list[str] | None = None) -> int:
 def execute_checked(args: argparse.Namespace) -> int | None:
     """None when the arguments, schema and inputs are fine; else the exit status (reported)."""
     try:
-        preflight(_options(args))
+        preflight(opts.from_args(args))
     except Exception as e:  # noqa: BLE001 - reported like any outcome
-        if getattr(args, "debug", False):
-            traceback.print_exc()
-        print(f"tfrecord-io: error: {e}", file=sys.stderr)
-        return exit_status(e)
+        return _report(e, getattr(args, "debug", False))
     return None
+
+
+def _report(e: Exception, debug: bool) -> int:
+    """One error line (the traceback too with ``--debug``); the exit status for ``e``."""
+    if debug:
+        traceback.print_exc()
+    print(f"tfrecord-io: error: {e}", file=sys.stderr)
+    return exit_status(e)
 
 
 # ------------------------------------------------------------------------------------- Beam
@@ -188,7 +186,7 @@ def beam_main(argv: list[str] | None = None) -> int:
     code = execute_checked(args)
     if code is not None:
         return code
-    return run_beam(_options(args), beam_args, debug=args.debug)
+    return run_beam(opts.from_args(args), beam_args, debug=args.debug)
 
 
 # ------------------------------------------------------------------------ tfrecord-io convert
@@ -227,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     code = execute_checked(args)
     if code is not None:
         return code
-    options = _options(args)
+    options = opts.from_args(args)
     if args.engine == "beam":
         return run_beam(options, list(args.engine_arg), debug=args.debug)
     # Executors in local mode start this interpreter (which has pyarrow, numpy, ...).

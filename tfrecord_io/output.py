@@ -89,6 +89,14 @@ def _owned(name: str) -> bool:
 _SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
 
 
+def _previous_splits(output: str) -> set[str]:
+    """The split directories (``--split``) that the conversion which wrote ``output`` made there."""
+    try:
+        return set(read_manifest(output).get("splits") or ())
+    except (OSError, ValueError):
+        return set()
+
+
 def _canonical(uri: str) -> tuple[str, str]:
     """(filesystem, absolute normalized path) for comparing locations.
 
@@ -153,8 +161,9 @@ def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
         if entries:
             if not overwrite:
                 raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
-            foreign = sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries
-                             if not _owned(e.rstrip("/").rsplit("/", 1)[-1]))
+            names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+            splits = _previous_splits(output) if MANIFEST in names else set()
+            foreign = sorted(n for n in names if not _owned(n) and n not in splits)
             if foreign:
                 shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
                 raise FileExistsError(
@@ -218,21 +227,20 @@ def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float) 
 
 
 def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
-           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
-           present: dict[str, int] | None = None) -> dict:
+           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
     """Move the winning attempts' files into place, then write ``_manifest.json`` and ``_SUCCESS``.
 
     ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
-    commits nothing) when too much was rejected.  ``present``: records holding each feature
-    (:func:`tfrecord_io.codec.present_counts`), kept in the manifest.
+    commits nothing) when too much was rejected.  ``totals.present`` (records holding each
+    feature, :func:`tfrecord_io.codec.present_counts`) goes into the manifest when known.
     """
     _check_files(files, totals.records)
     check_reject_fraction(totals, max_reject_fraction)
     _move(output, [*files, *rejects])
     fs.delete(fs.join(output, TEMPORARY), recursive=True)
     manifest = _manifest(engine, schema, compression, files, rejects, totals)
-    if present is not None:
-        manifest["present"] = dict(present)
+    if totals.present is not None:
+        manifest["present"] = dict(totals.present)
     _finish(output, manifest)
     return manifest
 

@@ -111,12 +111,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 import uuid
 import zipfile
-
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -126,8 +127,7 @@ import pyarrow.compute as pc
 
 from tfrecord_io import codec, columns, csv_arrow, fs, inputs, output
 from tfrecord_io.options import (DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_SHARD, DEFAULT_MAX_STEPS, ConversionError,
-                                 ConversionOptions,
-                                 default_num_shards)
+                                 ConversionOptions, default_num_shards)
 from tfrecord_io.schema import Schema, SchemaError
 
 __all__ = [
@@ -203,7 +203,7 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
         _wait_for_stragglers(sc, job_id)
         files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
                                                 schema.record_type, split_config)
-        rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.accumulator.value))
+        rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.value))
     except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
         _abort(out)
         raise
@@ -216,8 +216,7 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     output.check_reject_fraction(totals, options.max_reject_fraction)
     if split_config is None:
         manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
-                                 engine="spark", max_reject_fraction=options.max_reject_fraction,
-                                 present=totals.present)
+                                 engine="spark", max_reject_fraction=options.max_reject_fraction)
     else:
         manifest = output.commit_splits(out, split_config, files, rejects, totals, schema=schema,
                                         compression=options.compression, engine="spark",
@@ -241,8 +240,6 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
     """``--format parquet|orc|table``: Spark reads the input; columns are matched to features by name
     and their types checked on the driver before any task; the rows are written by the ``tfrecord``
     data source (:mod:`tfrecord_io.spark_datasource`): the same contract, rejects and commit."""
-    import json as _json
-
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -268,8 +265,7 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
     for f in schema.features:
         dt = types.get(f.name)
         if dt is None:  # allowed missing: null in every row
-            sql = spark_datasource.spark_struct(Schema(features=(f,))).split(" ", 1)[1]
-            selected.append(F.lit(None).cast(sql).alias(f.name))
+            selected.append(F.lit(None).cast(spark_datasource.spark_type(f)).alias(f.name))
             continue
         inner = dt.elementType if isinstance(dt, T.ArrayType) else dt
         ok = type(inner).__name__ in _COMPATIBLE[f.type] and isinstance(dt, T.ArrayType) == f.is_list
@@ -286,7 +282,7 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
                           input_paths=files)
     spark.dataSource.register(spark_datasource.JobDataSource)
     (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
-     .mode("overwrite").option("schemaJson", _json.dumps(schema.to_dict()))
+     .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
      .option("compression", options.compression).option("maxRejectFraction", str(options.max_reject_fraction))
      .save(out))
     manifest = dict(output.read_manifest(out))
@@ -314,8 +310,6 @@ def _abort(out: str) -> None:
 def _spark_message(e: BaseException) -> str:
     """What went wrong, from a (Py4J / PySpark) exception's text: the file Spark was reading, and
     the root cause -- a Python worker's own exception line, else the last Java ``Caused by``."""
-    import re
-
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines()
              if ln.strip() and not ln.lstrip().startswith(("at ", "... ", "File \""))]
@@ -426,22 +420,20 @@ def _conf_bytes(value) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
 
 
-class _LineCounts:
-    """An accumulator of {(file, split start): lines in that split} (idempotent: a recomputed
-    split reports the same count)."""
+def _line_counts(sc):
+    """An accumulator of {(file, split start): lines in that split} (idempotent: a recomputed split
+    reports the same count)."""
+    from pyspark.accumulators import AccumulatorParam
 
-    def __init__(self, sc):
-        from pyspark.accumulators import AccumulatorParam
+    class Param(AccumulatorParam):
+        def zero(self, value):
+            return {}
 
-        class Param(AccumulatorParam):
-            def zero(self, value):
-                return {}
+        def addInPlace(self, a, b):
+            a.update(b)
+            return a
 
-            def addInPlace(self, a, b):
-                a.update(b)
-                return a
-
-        self.accumulator = sc.accumulator({}, Param())
+    return sc.accumulator({}, Param())
 
 
 def _line_offsets(splits: list[_Split], counts: dict) -> dict:
@@ -482,7 +474,7 @@ class ReadStage:
     input_format: str
     multiline: bool
     headers: dict  # CSV with a header: file -> its column names (for splits after the first)
-    line_counts: Any = None  # the _LineCounts accumulator
+    line_counts: Any = None  # the _line_counts accumulator
     block_size: int = DEFAULT_BLOCK_SIZE
 
     @property
@@ -525,7 +517,7 @@ class ReadStage:
         n = pb.rows.num_rows
         raw = None if pb.raw is None else pb.raw.cast(pa.binary())
         cols = list(pb.rows.columns) + self._internal(n, pb.source, start, pb.lines, raw, None)
-        return pa.RecordBatch.from_arrays(cols, names=_READ_NAMES(self.schema))
+        return pa.RecordBatch.from_arrays(cols, names=_read_names(self.schema))
 
     def _rejects(self, pb: csv_arrow.ParsedBatch, start: int) -> pa.RecordBatch:
         n = len(pb.rejects)
@@ -539,10 +531,11 @@ class ReadStage:
         raw = pa.array([None if r["raw"] is None else r["raw"].encode("utf-8") for r in pb.rejects], pa.binary())
         reasons = pa.array([r["reason"] for r in pb.rejects], pa.string())
         cols += self._internal(n, pb.source, start, [r["line"] or 0 for r in pb.rejects], raw, reasons)
-        return pa.RecordBatch.from_arrays(cols, names=_READ_NAMES(self.schema))
+        return pa.RecordBatch.from_arrays(cols, names=_read_names(self.schema))
 
 
-def _READ_NAMES(schema: Schema) -> list[str]:  # noqa: N802 - a constant per schema
+def _read_names(schema: Schema) -> list[str]:
+    """The read stage's columns: the input features, then the internal ones."""
     return [f.name for f in schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
 
 
@@ -553,11 +546,11 @@ def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, hea
     splits = _plan_splits(files, splittable=not opts.multiline, parallelism=sc.defaultParallelism,
                           max_split_bytes=_conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
                           open_cost=_conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")))
-    counts = _LineCounts(sc)
+    counts = _line_counts(sc)
     rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
     df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
                                "source string, start bigint, end bigint, whole boolean")
-    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts.accumulator, opts.block_size)
+    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts, opts.block_size)
     return df.mapInArrow(stage, _read_schema(schema)), splits, counts
 
 
@@ -640,8 +633,8 @@ def _rows_as_dicts(batch: pa.RecordBatch, names: list[str]) -> list[dict]:
     cols = {}
     for n in names:
         arr = batch.column(batch.schema.get_field_index(n))
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_binary(arr.type) \
-                and n == RAW:
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or (
+                pa.types.is_binary(arr.type) and n == RAW):
             cols[n] = [_text(b) for b in _binary_list(arr)]
         else:
             cols[n] = arr.to_pylist()
@@ -785,11 +778,12 @@ class WriteStage:
             records, refused = self._encode(batch, good_idx)
             which = None
             if self.splits is not None and len(records):
+                encoded_idx = [int(i) for i in good_idx if int(i) not in refused]  # the rows of `records`
                 which, why = self.splits.assign(records.to_pylist())
                 lost = [j for j, w in enumerate(which) if w is None]
                 if lost:  # no value to split by: a reject naming the feature
                     for j in lost:
-                        refused[int(good_idx[j])] = why[j]
+                        refused[encoded_idx[j]] = why[j]
                     keep = np.ones(len(which), dtype=bool)
                     keep[lost] = False
                     records = records.filter(pa.array(keep))
@@ -797,18 +791,17 @@ class WriteStage:
             if self.splits is None:  # records holding each feature (split outputs do not keep them)
                 kept = ~bad
                 kept[list(refused)] = False
-                counts = codec.present_counts(batch, self.schema, pa.array(kept))
-                present = stats.setdefault("present", {})
-                for k, v in counts.items():
-                    present[k] = present.get(k, 0) + v
+                stats.setdefault("present", Counter()).update(codec.present_counts(batch, self.schema,
+                                                                                   pa.array(kept)))
             if refused or bad.any():
                 reasons = reason.to_pylist()
                 for i, why in refused.items():
                     reasons[i] = why
                     bad[i] = True
-                rows = batch.take(pa.array(np.flatnonzero(bad), pa.int64()))
-                for m, why in zip(_rows_as_dicts(rows, list(_REJECT_COLUMNS)), (reasons[i] for i in np.flatnonzero(bad))):
-                    m[REASON] = why
+                bad_idx = np.flatnonzero(bad)
+                rows = _rows_as_dicts(batch.take(pa.array(bad_idx, pa.int64())), list(_REJECT_COLUMNS))
+                for m, i in zip(rows, bad_idx):
+                    m[REASON] = reasons[i]
                     spool.add(_reject_json(m))
             if len(records):
                 stats["records"] += len(records)

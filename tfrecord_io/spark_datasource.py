@@ -44,8 +44,10 @@ Save modes
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -58,7 +60,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
 from tfrecord_io import codec, columns, fs, output
 from tfrecord_io.schema import Feature, Schema, SchemaError
 
-__all__ = ["TFRecordDataSource", "register", "schema_from_records", "schema_from_spark", "spark_struct"]
+__all__ = ["TFRecordDataSource", "register", "schema_from_records", "schema_from_spark", "spark_struct",
+           "spark_type"]
 
 _CODECS = {"none": "none", "uncompressed": "none", "gzip": "gzip", "zlib": "zlib",
            "org.apache.hadoop.io.compress.gzipcodec": "gzip", "org.apache.hadoop.io.compress.defaultcodec": "zlib",
@@ -86,11 +89,6 @@ def _scalar_type(dt) -> str | None:
     if isinstance(dt, T.BinaryType):
         return "bytes"
     return None
-
-
-def schema_from_struct(struct) -> Schema:
-    """The TFRecord schema that a user's ``.schema(StructType)`` for reading describes."""
-    return schema_from_spark(struct)
 
 
 def schema_from_spark(struct) -> Schema:
@@ -149,7 +147,7 @@ class _Writer(DataSourceArrowWriter):
         part = ctx.partitionId()
         attempt = f"{self.job_id}-p{part:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
         counts = {"input_rows": 0, "records": 0}
-        present: dict[str, int] = {}
+        present: Counter = Counter()
         rejects: list[dict] = []
 
         def records():
@@ -167,8 +165,7 @@ class _Writer(DataSourceArrowWriter):
                     typed = typed.filter(pa.array(~bad))
                 if typed.num_rows:
                     counts["records"] += typed.num_rows
-                    for k, v in codec.present_counts(typed, self.schema).items():
-                        present[k] = present.get(k, 0) + v
+                    present.update(codec.present_counts(typed, self.schema))
                     yield codec.encode_examples(typed, self.schema)
 
         from tfrecord_io.spark import _after_first_batch, _die, _first_attempt_of, _stall
@@ -184,7 +181,7 @@ class _Writer(DataSourceArrowWriter):
         written = output.write_rejects(iter(rejects), self.path, attempt, f"part-{part:05d}.jsonl")
         return _Written(part, output.written_file_dict(shard),
                         output.written_file_dict(written) if written else None,
-                        counts["input_rows"], counts["records"], len(rejects), present)
+                        counts["input_rows"], counts["records"], len(rejects), dict(present))
 
     def _typed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = []
@@ -202,7 +199,7 @@ class _Writer(DataSourceArrowWriter):
         messages = sorted((m for m in messages if m is not None), key=lambda m: m.partition)
         n = len(messages)
         files, rejects = [], []
-        totals = output.ConversionTotals()
+        totals = output.ConversionTotals(present=output.sum_present(m.present for m in messages))
         for k, m in enumerate(messages):
             shard = output.WrittenFile(**m.shard)
             files.append(output.WrittenFile(shard.temp_path, output.shard_name(k, n, self.compression),
@@ -213,8 +210,7 @@ class _Writer(DataSourceArrowWriter):
             totals.records += m.records
             totals.rejected += m.rejected
         output.commit(self.path, files, rejects, totals, schema=self.schema, compression=self.compression,
-                      engine="spark-datasource", max_reject_fraction=self.max_reject_fraction,
-                      present=output.sum_present(m.present for m in messages))
+                      engine="spark-datasource", max_reject_fraction=self.max_reject_fraction)
 
     def abort(self, messages: list) -> None:
         temporary = fs.join(self.path, output.TEMPORARY)
@@ -243,33 +239,30 @@ class TFRecordDataSource(DataSource):
     def name(cls) -> str:
         return "tfrecord"
 
+    def _options(self) -> dict:
+        """The options, with case-insensitive names (as Spark treats them)."""
+        return {k.lower(): v for k, v in self.options.items()}
+
     def _source(self):
-        opts = {k.lower(): v for k, v in self.options.items()}
+        """(files with their compression, the schema or None to infer it, the options)."""
+        opts = self._options()
         path = opts.get("path")
         if not path:
             raise ValueError("spark.read.format('tfrecord') needs a path: .load(path)")
         files, manifest_schema = _files_of(path.rstrip("/") or "/")
-        if "schema" in opts:
-            return files, Schema.load(opts["schema"]), opts
-        if manifest_schema is not None:
-            return files, manifest_schema, opts
-        return files, None, opts
+        return files, Schema.load(opts["schema"]) if "schema" in opts else manifest_schema, opts
 
     def schema(self):
         from tfrecord_io.framing import read_records
 
         files, schema, _ = self._source()
         if schema is None:  # infer from a bounded sample of the first files' records
-            sample: list[bytes] = []
-            for uri, comp in files:
-                with fs.open(uri, "rb") as f:
-                    for data in read_records(f, name=uri, compression=comp):
-                        sample.append(data)
-                        if len(sample) >= INFER_SAMPLE_RECORDS:
-                            break
-                if len(sample) >= INFER_SAMPLE_RECORDS:
-                    break
-            schema = schema_from_records(sample)
+            def records():
+                for uri, comp in files:
+                    with fs.open(uri, "rb") as f:
+                        yield from read_records(f, name=uri, compression=comp)
+
+            schema = schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
         return spark_struct(schema)
 
     def reader(self, schema) -> _Reader:
@@ -277,7 +270,7 @@ class TFRecordDataSource(DataSource):
 
         files, tf_schema, opts = self._source()
         if tf_schema is None:
-            tf_schema = schema_from_struct(schema)
+            tf_schema = schema_from_spark(schema)  # the user's .schema(StructType)
         known = {f.name for f in tf_schema.input_features}
         unknown = [f.name for f in schema.fields if f.name not in known]
         if unknown:
@@ -290,7 +283,7 @@ class TFRecordDataSource(DataSource):
         return _Reader(files, tf_schema, cols, on_corrupt)
 
     def writer(self, schema, overwrite: bool) -> _Writer:
-        opts = {k.lower(): v for k, v in self.options.items()}
+        opts = self._options()
         path = opts.get("path")
         if not path:
             raise ValueError("df.write.format('tfrecord') needs a path: .save(path)")
@@ -343,14 +336,18 @@ INFER_SAMPLE_RECORDS = 1000
 _SPARK_TYPES = {"int64": "bigint", "float": "float", "string": "string", "bytes": "binary"}
 
 
+def spark_type(f: Feature, steps: bool = False) -> str:
+    """The Spark SQL type of a feature's column (``steps``: an array of it, a sequence feature)."""
+    t = _SPARK_TYPES[f.type]
+    t = f"array<{t}>" if f.is_list else t
+    return f"array<{t}>" if steps else t
+
+
 def spark_struct(schema: Schema) -> str:
     """The DataFrame schema (DDL) of a TFRecord schema: a column per feature (Examples), or the
     context columns plus an array (of steps) column per sequence feature (SequenceExamples)."""
     def ddl(f: Feature, steps: bool = False) -> str:
-        t = _SPARK_TYPES[f.type]
-        t = f"array<{t}>" if f.is_list else t
-        t = f"array<{t}>" if steps else t
-        return f"`{f.name.replace('`', '``')}` {t}"
+        return f"`{f.name.replace('`', '``')}` {spark_type(f, steps)}"
 
     if schema.record_type == "example":
         return ", ".join(ddl(f) for f in schema.features)

@@ -613,8 +613,8 @@ class _LengthGuard:
     ``on_corrupt="skip"`` TensorFlow is given a copy of the records before it instead.
     """
 
-    def __init__(self, files: Sequence[ShardFile], on_corrupt: str, stats: "LoaderStats"):
-        self.files, self.on_corrupt, self.stats = files, on_corrupt, stats
+    def __init__(self, files: Sequence[ShardFile], on_corrupt: str):
+        self.files, self.on_corrupt = files, on_corrupt
         self._ok: set = set()
         self._lock = threading.Lock()
 
@@ -742,7 +742,7 @@ def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
         if opts.shuffle and n > 1:
             file_ds = file_ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
-    guard = _LengthGuard(files, opts.on_corrupt, stats)
+    guard = _LengthGuard(files, opts.on_corrupt)
 
     def guarded(path, index):
         # Inside the file's element (see read_shard below): the walk of one file holds up no other.
@@ -974,10 +974,9 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
     _check_present(resolved_schema, src)
     parse = _parser(resolved_schema, opts.ragged)
     files, record_shard = _pipeline_files(src.files, input_context)
-    if record_shard is not None and opts.shuffle and opts.seed is None:
-        opts = dataclasses.replace(opts, seed=0)  # every pipeline must read the files in one order
-    if record_shard is not None:
-        opts = dataclasses.replace(opts, deterministic=True)
+    if record_shard is not None:  # every pipeline must read the records in one order
+        opts = dataclasses.replace(opts, deterministic=True,
+                                   seed=0 if opts.shuffle and opts.seed is None else opts.seed)
     batch = opts.batch_size
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(opts.batch_size)
