@@ -349,3 +349,33 @@ def test_json_invalid_utf8_inside_a_string_is_a_reject():
     rows, _, rejects, total = parse(b'{"id": 1, "name": "ok"}\n{"id": 2, "name": "bad \xff"}\n', fmt="json")
     assert total == 2 and [r["id"] for r in rows] == [1]
     assert rejects[0]["line"] == 2 and rejects[0]["reason"].startswith("not valid UTF-8")
+
+
+def test_short_reads_lose_no_rows():
+    """pyarrow's streaming CSV reader dropped every block after a 1-byte read (the demo's second file
+    lost its last 16,145 rows): whatever the stream's read sizes, every row comes out."""
+    import io
+
+    class Trickle(io.RawIOBase):
+        """Reads of 1 byte every third call, else what was asked."""
+
+        def __init__(self, data: bytes):
+            self.data, self.pos, self.calls = data, 0, 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            self.calls += 1
+            n = 1 if self.calls % 3 == 0 else len(buffer)
+            chunk = self.data[self.pos:self.pos + n]
+            buffer[:len(chunk)] = chunk
+            self.pos += len(chunk)
+            return len(chunk)
+
+    schema = Schema.from_dict({"features": [{"name": "a", "type": "int64"}, {"name": "b", "type": "string"}]})
+    data = b"a,b\n" + b"".join(b"%d,%s\n" % (i, b"x" * (i % 50)) for i in range(60_000))
+    for multiline in (False, True):
+        rows = sum(pb.input_rows for pb in read_batches(Trickle(data), schema, "csv", "t.csv", block_size=64 * 1024,
+                                                        multiline=multiline))
+        assert rows == 60_000, (multiline, rows)

@@ -711,7 +711,9 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
         return lines if lines_filter is None else lines_filter.physical(lines)
 
     try:
-        reader = pcsv.open_csv(_Prepended(head, src) if head else src, read_options=read_options,
+        # pyarrow takes each read as a block: a short one (1 byte, say) made it drop the blocks after
+        # it, or fail as "straddling".  A BufferedReader returns full reads until the end.
+        reader = pcsv.open_csv(io.BufferedReader(_Prepended(head, src), block_size), read_options=read_options,
                                parse_options=parse_options, convert_options=convert_options)
     except pa.ArrowInvalid as e:
         raise fail(e) from e
