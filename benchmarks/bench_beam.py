@@ -4,7 +4,7 @@ Data: N rows x 17 columns of CSV (10 float, 5 int64, 1 string, 1 int64 label), w
 temporary directory before timing.  Both pipelines read that CSV and write uncompressed
 TFRecords of tf.train.Example to local disk:
 
-    ours:   tfrecord_io.beam (pipelines.to_tfrecord): pyarrow's streaming CSV reader per file ->
+    ours:   tfrecord_io.engines.beam (pipelines.to_tfrecord): pyarrow's streaming CSV reader per file ->
             typed Arrow batches -> GroupByKey(shard) -> encode_examples -> write_shard -> commit
     naive:  ReadFromText -> Map(parse line) -> Map(tf.train.Example ... SerializeToString)
             -> WriteToTFRecord
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from tfrecord_io.schema import Schema  # noqa: E402
+from tfrecord_io.core.schema import Schema  # noqa: E402
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]
@@ -92,7 +92,7 @@ def run_naive(csv_path: str, out_dir: str, beam_args: list[str]) -> tuple[float,
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.beam import runner_that_ran
+    from tfrecord_io.engines.beam import runner_that_ran
 
     p = beam.Pipeline(options=PipelineOptions(beam_args))
     (p
@@ -110,7 +110,7 @@ def run_naive(csv_path: str, out_dir: str, beam_args: list[str]) -> tuple[float,
 def run_ours(csv_path: str, out_dir: str, beam_args: list[str]) -> tuple[float, str]:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io import beam as tbeam
+    from tfrecord_io.engines import beam as tbeam
 
     conv = tbeam.ConversionOptions(inputs=csv_path, input_format="csv", schema=SCHEMA, output=out_dir)
     t0 = time.perf_counter()

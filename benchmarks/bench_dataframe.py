@@ -52,8 +52,8 @@ def rounds_job(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
-    from tfrecord_io import spark_datasource
-    from tfrecord_io.spark import ConversionOptions, run_conversion
+    from tfrecord_io.engines import spark_datasource
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
     class Ours(spark_datasource.TFRecordDataSource):
         @classmethod

@@ -24,9 +24,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from tfrecord_io.codec import encode_examples  # noqa: E402
-from tfrecord_io.framing import TFRecordWriter  # noqa: E402
-from tfrecord_io.schema import Schema  # noqa: E402
+from tfrecord_io.core.codec import encode_examples  # noqa: E402
+from tfrecord_io.core.framing import TFRecordWriter  # noqa: E402
+from tfrecord_io.core.schema import Schema  # noqa: E402
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]

@@ -14,7 +14,7 @@ Data: N rows (default 1,000,000) x 17 columns of the demo schema ``conf/taxi.yam
     ours, local             make_dataset(output_dir, batch_size, shuffle=False) (the same work as
                             the hand-tuned pipeline), and with the default shuffle
     ours, HDFS              the same output copied to a local HDFS started for the benchmark
-                            (tfrecord_io.hdfs_local: NameNode + DataNode JVM on this machine,
+                            (tfrecord_io.clusters.hdfs_local: NameNode + DataNode JVM on this machine,
                             HDFS's default 128 MiB blocks), streamed through the bounded
                             shard cache
 
@@ -60,9 +60,9 @@ def write_data(work: Path, rows: int, shards: int) -> tuple[list[str], str]:
     """CSV files and a TFRecord output directory holding the same rows, shard for shard."""
     import pyarrow.csv as pacsv
 
-    from tfrecord_io import output
-    from tfrecord_io.codec import encode_examples
-    from tfrecord_io.demo_train import demo_rows, taxi_schema
+    from tfrecord_io.storage import output
+    from tfrecord_io.core.codec import encode_examples
+    from tfrecord_io.commands.demo_train import demo_rows, taxi_schema
 
     schema = taxi_schema()
     out = str(work / "tfrecords")
@@ -121,7 +121,7 @@ def _record_defaults(schema):
 def queue_runner(csv_files: list[str], batch_size: int, read_up_to: bool) -> tuple[int, tuple]:
     import tensorflow as tf
 
-    from tfrecord_io.demo_train import taxi_schema
+    from tfrecord_io.commands.demo_train import taxi_schema
 
     tf1 = tf.compat.v1
     schema = taxi_schema()
@@ -157,7 +157,7 @@ def queue_runner(csv_files: list[str], batch_size: int, read_up_to: bool) -> tup
 def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False) -> tuple[int, tuple]:
     import tensorflow as tf
 
-    from tfrecord_io.demo_train import taxi_schema
+    from tfrecord_io.commands.demo_train import taxi_schema
 
     spec = taxi_schema().parse_spec()
     ds = (tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE if parallel_reads else None)
@@ -171,8 +171,8 @@ def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False) 
 
 
 def ours(source, batch_size: int, **options) -> tuple[int, tuple]:
-    from tfrecord_io.demo_train import taxi_schema
-    from tfrecord_io.tfdata import make_dataset
+    from tfrecord_io.commands.demo_train import taxi_schema
+    from tfrecord_io.engines.tfdata import make_dataset
 
     label = taxi_schema().label
     ds = make_dataset(source, batch_size=batch_size, **options)
@@ -207,8 +207,8 @@ def timed(fn, *args, **kwargs) -> tuple[float, int, tuple]:
 def rss_probe(source: list[str]) -> dict:
     import tensorflow as tf  # noqa: F401  (the runtime's own footprint is in the baseline)
 
-    from tfrecord_io.demo_train import taxi_schema
-    from tfrecord_io.tfdata import make_dataset
+    from tfrecord_io.commands.demo_train import taxi_schema
+    from tfrecord_io.engines.tfdata import make_dataset
 
     ds = make_dataset(source, schema=taxi_schema(), batch_size=1024, seed=0)
     it = iter(ds)
@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             "ours, local (default shuffle)": lambda: timed(ours, out, args.batch_size, seed=0),
         }
         if not args.no_hdfs:
-            from tfrecord_io import fs, hdfs_local
+            from tfrecord_io.storage import fs
+            from tfrecord_io.clusters import hdfs_local
 
             print("  starting a local HDFS and copying the TFRecords into it ...", flush=True)
             # HDFS's own default block size, as on a production cluster (the test suite's 1 MiB

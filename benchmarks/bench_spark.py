@@ -1,19 +1,19 @@
-"""Benchmark: the Spark job (tfrecord_io.spark) against a naive PySpark job, CSV -> TFRecords.
+"""Benchmark: the Spark job (tfrecord_io.engines.spark) against a naive PySpark job, CSV -> TFRecords.
 
     .venv/bin/python benchmarks/bench_spark.py [--rows 1000000] [--skip-hdfs] [--workdir DIR] [--keep]
 
 Data: ``--rows`` rows x 17 columns (10 float, 5 int64, 1 string, 1 int64 label) as one CSV file
 (about 150 bytes a row), on local disk and on a local HDFS started for the run
-(``tfrecord_io.hdfs_local.start``).  Each job runs in its own ``spark-submit --master local[2,4]``,
+(``tfrecord_io.clusters.hdfs_local.start``).  Each job runs in its own ``spark-submit --master local[2,4]``,
 one after the other, reading the same CSV with Spark's CSV reader under the same schema:
 
-* **tfrecord-io**: ``tfrecord_io.spark.run_conversion`` (what ``jobs/to_tfrecord.py`` runs:
+* **tfrecord-io**: ``tfrecord_io.engines.spark.run_conversion`` (what ``jobs/to_tfrecord.py`` runs:
   vectorized Arrow encoding in ``mapInArrow``, shards written from the executors, exactly-once
   commit, rejects, manifest; default shard count).
 * **naive**: ``df.rdd.mapPartitionsWithIndex``: a ``tf.train.Example`` built per row and written
   with one ``tf.io.TFRecordWriter`` per partition.  TensorFlow 2.21 has no ``hdfs://``
   filesystem (it moved to tensorflow-io), so on HDFS the naive job writes each partition to a
-  local temporary file and uploads it with ``tfrecord_io.fs`` -- the usual workaround.
+  local temporary file and uploads it with ``tfrecord_io.storage.fs`` -- the usual workaround.
 
 Each spark-submit runs its job twice, to separate outputs, and reports per storage, for both
 jobs: the *first job* (a fresh JVM: class loading, JIT, Python workers starting), the *warm*
@@ -93,7 +93,7 @@ def ours_job(argv: list[str]) -> int:
     args = job_args(argv)
     from pyspark.sql import SparkSession
 
-    from tfrecord_io.spark import ConversionOptions, run_conversion
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
     spark = SparkSession.builder.appName("tfrecord-io bench").getOrCreate()
     runs, records = [], []
@@ -125,7 +125,7 @@ def naive_job(argv: list[str]) -> int:
     def write_partition(out, index, rows):
         import tensorflow as tf
 
-        from tfrecord_io import fs
+        from tfrecord_io.storage import fs
 
         local = out if "://" not in out else tempfile.mkdtemp(prefix="naive-")
         path = os.path.join(local, f"part-{index:05d}.tfrecord")
@@ -261,13 +261,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
         results.append(run_pair("local disk", str(csv_path), str(schema), str(work / "out-local"), args.rows))
         if not args.skip_hdfs:
-            from tfrecord_io import hdfs_local
+            from tfrecord_io.clusters import hdfs_local
 
             cluster = hdfs_local.start(work / "hdfs", detach=False)
             remote = cluster.uri("/bench/input.csv")
             submit([__file__, "upload", "--input", str(csv_path), "--output", remote])
             # Closing a 70 MB shard on this single, loopback DataNode can take longer than
-            # tfrecord_io.fs's default 15 s per-call bound when the machine is busy.
+            # tfrecord_io.storage.fs's default 15 s per-call bound when the machine is busy.
             env = {"HADOOP_CONF_DIR": str(cluster.conf_dir),
                    "TFRECORD_IO_HDFS_TIMEOUT": os.environ.get("TFRECORD_IO_HDFS_TIMEOUT", "300")}
             results.append(run_pair("HDFS", remote, str(schema), cluster.uri("/bench/out"), args.rows, env=env))

@@ -1,6 +1,6 @@
 """Where the Spark job's time goes: its stages timed one by one in one warm local[2] session.
 
-The job reads its input in Python (``ReadStage``: csv_arrow on line-range splits, the Beam
+The job reads its input in Python (``ReadStage``: parsing on line-range splits, the Beam
 pipeline's parser) and encodes inside ``mapInArrow``.  This times, on the benchmark's CSV
 (``bench_spark.make_csv``: 1M rows x 17 columns, 148 MB), its stages on their own, with Spark's
 own CSV parse beside them for scale:
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from tfrecord_io import spark as job
-    from tfrecord_io.schema import Schema
+    from tfrecord_io.engines import spark as job
+    from tfrecord_io.core.schema import Schema
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(tempfile.mkdtemp(prefix="bench-spark-floor-"))
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return min(times)
 
     job.run_conversion(spark, options())  # warm-up: JIT, Python workers
-    from tfrecord_io import columns, inputs
+    from tfrecord_io.conversion import columns
+    from tfrecord_io.storage import inputs
 
     files = inputs.list_inputs(str(csv))
     headers = columns.read_headers([f.path for f in files], schema)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     shards = job.default_num_shards(sum(f.size for f in files))
     shuffled = prepared.repartition(shards, F.col(job.SOURCE), F.col(job.START), F.col(job.LINE))
     rows = [("Spark CSV parse alone (spark.read.csv -> noop), for scale", best(lambda: noop(plain))),
-            ("the read stage: csv_arrow in Python -> JVM (-> noop)", best(lambda: noop(prepared))),
+            ("the read stage: parsing in Python -> JVM (-> noop)", best(lambda: noop(prepared))),
             (f"+ repartition({shards}) on (file, split, line) (-> noop)", best(lambda: noop(shuffled))),
             ("+ JVM -> Python (mapInArrow dropping every batch)", best(
                 lambda: shuffled.mapInArrow(lambda batches: (b.slice(0, 0) for b in batches),

@@ -7,14 +7,14 @@
         [--allow-missing-columns] [--ignore-extra-columns] [--debug]
 
 Executors must be able to import tfrecord_io: ship it with ``--py-files`` (a zip of the package,
-e.g. from ``tfrecord_io.spark.package_zip``, or a wheel) unless it is installed on the cluster.
+e.g. from ``tfrecord_io.engines.spark.package_zip``, or a wheel) unless it is installed on the cluster.
 Exit status: 0 done, 1 failed, 2 bad arguments/schema/input/output, 3 too many rejects
-(``tfrecord_io.convert``).
+(``tfrecord_io.commands.convert``).
 """
 
 import sys
 
-from tfrecord_io.convert import spark_job_main
+from tfrecord_io.commands.convert import spark_job_main
 
 if __name__ == "__main__":
     sys.exit(spark_job_main())

@@ -77,13 +77,13 @@ def tfrecord_io_cli(*args: str, check: bool = True, timeout: float = 600, **kw) 
 def convert(engine: str, spark, inp: str, fmt: str, schema: str, out: str, **kw) -> dict:
     """Run one engine in this process; return the manifest (raises what the engine raises)."""
     if engine == "spark":
-        from tfrecord_io.spark import ConversionOptions, run_conversion
+        from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
         return run_conversion(spark, ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out,
                                                        max_reject_fraction=1.0, **kw))
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io import beam as tbeam
+    from tfrecord_io.engines import beam as tbeam
 
     conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, max_reject_fraction=1.0,
                                    **kw)

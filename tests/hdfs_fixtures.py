@@ -2,7 +2,7 @@
 
 Enable it from ``tests/conftest.py`` with ``pytest_plugins = ["hdfs_fixtures"]`` (pytest puts
 ``tests/`` on ``sys.path`` for that conftest).  The ``hdfs`` fixture starts the cluster on first
-use under the session's tmp dir, yields a :class:`tfrecord_io.hdfs_local.LocalHdfs` and stops it
+use under the session's tmp dir, yields a :class:`tfrecord_io.clusters.hdfs_local.LocalHdfs` and stops it
 at the end of the session; the JVM also exits on its own if pytest dies.  Tests that use it are
 marked ``hdfs`` automatically (``-m "not hdfs"`` leaves them out).
 
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tfrecord_io import hdfs_local
+from tfrecord_io.clusters import hdfs_local
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The Beam pipeline (``pipelines.to_tfrecord`` / ``tfrecord_io.beam``) end to end.
+"""The Beam pipeline (``pipelines.to_tfrecord`` / ``tfrecord_io.engines.beam``) end to end.
 
 Runs use ``--runner=FnApiRunner`` (Beam's in-process runner, without DirectRunner's attempt to
 download Prism) unless a test is about the runner; every run checks which runner actually ran.
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tfrecord_io import beam as tbeam
-from tfrecord_io import fs, output
-from tfrecord_io.framing import read_records
-from tfrecord_io.schema import Schema
+from tfrecord_io.engines import beam as tbeam
+from tfrecord_io.storage import fs, output
+from tfrecord_io.core.framing import read_records
+from tfrecord_io.core.schema import Schema
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # pipelines/ is a top-level package of the repository
@@ -396,7 +396,7 @@ def test_exactly_once_commit_takes_only_reported_attempts(tmp_path):
 # ------------------------------------------------------------------------------- HDFS
 def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeypatch):
     """Input read and shards written by Beam's HadoopFileSystem (WebHDFS) in two worker processes;
-    listing and commit by tfrecord_io.fs (hdfs-native)."""
+    listing and commit by tfrecord_io.storage.fs (hdfs-native)."""
     monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
     base = hdfs.uri(f"/beam-test/{tmp_path.name}")
     lines = example_rows(200, seed=7, bad_every=40)
@@ -489,7 +489,7 @@ def test_bad_corpus_every_row_accounted(tmp_path, fmt, multiline):
                                          "sequence_example-csv"])
 def test_same_records_as_the_spark_job(spark, tmp_path, record_type):
     """For the same input, the multiset of records (and the totals) equal the Spark job's."""
-    from tfrecord_io.spark import ConversionOptions, run_conversion
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
     (tmp_path / "in").mkdir()
     if record_type.startswith("example"):

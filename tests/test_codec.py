@@ -11,8 +11,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.codec import encode_examples, encode_sequence_examples, row_errors
-from tfrecord_io.schema import Feature, Schema
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
+from tfrecord_io.core.schema import Feature, Schema
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -319,7 +319,7 @@ def _as_written(f: Feature, v):
 def test_encode_then_decode_gives_the_input_back(data):
     import numpy as np
 
-    from tfrecord_io.decode import decode_example
+    from tfrecord_io.core.decode import decode_example
 
     schema, rows = data
     batch = batch_of(schema, rows)
@@ -363,7 +363,7 @@ def test_row_errors_flag_exactly_the_rows_the_rules_refuse(data):
 def test_sequence_examples_encode_then_decode_back(groups):
     import numpy as np
 
-    from tfrecord_io.decode import decode_sequence_example
+    from tfrecord_io.core.decode import decode_sequence_example
 
     batch = seq_batch([{"session": g["session"], "user": g["user"], "ts": [s[0] for s in g["steps"]],
                         "price": [s[1] for s in g["steps"]], "words": [s[2] for s in g["steps"]]} for g in groups])

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import convert, tfrecord_io_cli
-from tfrecord_io import columns
-from tfrecord_io.schema import Schema, SchemaError
+from tfrecord_io.conversion import columns
+from tfrecord_io.core.schema import Schema, SchemaError
 
 FLIGHTS = {"features": [{"name": "year", "type": "int64"}, {"name": "dep_dealy", "type": "float", "default": 0.0},
                         {"name": "carrier", "type": "string", "default": ""}]}

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tfrecord_io.demo import BAD_ROWS
+from tfrecord_io.commands.demo import BAD_ROWS
 
 
 def test_demo_end_to_end(tmp_path):

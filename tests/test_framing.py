@@ -1,4 +1,4 @@
-"""Tests for tfrecord_io.framing against real TensorFlow (no mocks)."""
+"""Tests for tfrecord_io.core.framing against real TensorFlow (no mocks)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io import framing
-from tfrecord_io.framing import (
+from tfrecord_io.core import framing
+from tfrecord_io.core.framing import (
     CorruptRecordError,
     TFRecordWriter,
     compression_from_path,

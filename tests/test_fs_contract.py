@@ -1,4 +1,4 @@
-"""One contract for ``tfrecord_io.fs``, run on a local dir, ``file://`` URIs and the real HDFS.
+"""One contract for ``tfrecord_io.storage.fs``, run on a local dir, ``file://`` URIs and the real HDFS.
 
 Permission failures need a second identity.  On HDFS that is ``HADOOP_USER_NAME=someoneelse``
 in a fresh client.  Locally, root ignores mode bits, so when the tests run as root the
@@ -27,7 +27,7 @@ from typing import Callable, ContextManager
 import hdfs_native
 import pytest
 
-from tfrecord_io import fs
+from tfrecord_io.storage import fs
 
 NOBODY = 65534
 
@@ -413,7 +413,7 @@ def test_get_file_gives_up_on_a_datanode_that_stops_sending(hdfs, tmp_path, monk
 def test_a_datanode_that_dies_mid_read_is_a_connection_error_naming_the_uri(tmp_path,
                                                                            monkeypatch):
     """Its own cluster, killed (SIGKILL) after the reader has its block locations."""
-    from tfrecord_io import hdfs_local
+    from tfrecord_io.clusters import hdfs_local
 
     monkeypatch.setenv("TFRECORD_IO_HDFS_TIMEOUT", "5")
     cluster = hdfs_local.start(tmp_path / "doomed", detach=False)
@@ -449,7 +449,7 @@ def test_hdfs_uri_without_authority_uses_hadoop_conf_dir(hdfs, monkeypatch):
 
 _CHILD = """
 import pickle, sys
-from tfrecord_io import fs
+from tfrecord_io.storage import fs
 filesystem, uri = pickle.load(sys.stdin.buffer)
 with filesystem.open(uri) as f:
     sys.stdout.write(f.read().decode())

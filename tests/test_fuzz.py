@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.framing import CorruptRecordError, frame_records, read_records
-from tfrecord_io.schema import Schema, SchemaError
+from tfrecord_io.core.framing import CorruptRecordError, frame_records, read_records
+from tfrecord_io.core.schema import Schema, SchemaError
 
 EXAMPLES = int(os.environ.get("TFRECORD_IO_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=2000, suppress_health_check=[HealthCheck.too_slow],

@@ -19,7 +19,7 @@ import hdfs as webhdfs
 import hdfs_native
 import pytest
 
-from tfrecord_io import hdfs_local
+from tfrecord_io.clusters import hdfs_local
 
 TFRECORD_IO = Path(sys.executable).parent / "tfrecord-io"
 

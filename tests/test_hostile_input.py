@@ -22,7 +22,7 @@ import yaml
 
 import hostile_corpus
 from conftest import convert, tfrecord_io_cli
-from tfrecord_io import fs, output
+from tfrecord_io.storage import fs, output
 
 CASES = hostile_corpus.all_cases()
 
@@ -151,7 +151,7 @@ OK_CASES = [c for c in CASES if isinstance(c.expect, hostile_corpus.Ok)]
 
 
 def _records_and_rejects(out: Path) -> tuple[Counter, list]:
-    from tfrecord_io.framing import read_records
+    from tfrecord_io.core.framing import read_records
 
     manifest = output.read_manifest(str(out))
     recs = Counter()
@@ -177,7 +177,7 @@ def test_both_engines_write_the_same_records_and_the_same_rejects(case, spark, t
     assert got["spark"][1] == got["beam"][1], "rejects differ"
     assert all(reason and raw is not None and line for _, line, raw, reason in got["beam"][1])
     if case.name.startswith("float correctly rounded"):
-        from tfrecord_io.decode import decode_example
+        from tfrecord_io.core.decode import decode_example
 
         xs = {decode_example(r)["id"][1][0]: decode_example(r)["x"][1][0] for r in got["beam"][0]}
         # Correctly rounded from the decimal text: just above the midpoint of 1 and 1 + 2**-23 rounds up
@@ -189,7 +189,7 @@ def test_both_engines_write_the_same_records_and_the_same_rejects(case, spark, t
 # ----------------------------------------------------------------------------- hung services
 def test_a_silent_namenode_fails_the_conversion_in_bounded_time(engine, session, tmp_path, monkeypatch):
     """A NameNode address that accepts connections and never answers (#16 item 9): every engine's
-    first HDFS call is the driver's listing through tfrecord_io.fs, bounded by its timeout."""
+    first HDFS call is the driver's listing through tfrecord_io.storage.fs, bounded by its timeout."""
     import socket
     import time
 
@@ -211,7 +211,7 @@ def test_a_silent_namenode_fails_the_conversion_in_bounded_time(engine, session,
 def test_sorted_input_gives_mixed_batches_by_default(engine, session, tmp_path):
     """Issue #15 item 4: date-sorted input, one shard, the default loader: the first batches already
     span the whole range (records are shuffled within shards when written)."""
-    from tfrecord_io.tfdata import make_dataset
+    from tfrecord_io.engines.tfdata import make_dataset
 
     n = 40_000  # four times the loader's default shuffle buffer
     (tmp_path / "in.csv").write_text("id,x,s\n" + "".join(f"{i},{i},d\n" for i in range(n)))

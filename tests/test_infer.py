@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.infer import infer_columns, schema_yaml
-from tfrecord_io.schema import CsvOptions, Schema
+from tfrecord_io.commands.infer import infer_columns, schema_yaml
+from tfrecord_io.core.schema import CsvOptions, Schema
 
 CSV = 'id,fare,name,empty,big\n1,2.5,"a, b",,1\n2,3,"say ""hi""",,99999999999999999999\n3,,c,,2\n'
 JSONL = '{"id": 1, "score": 0.5, "tags": ["a", "b"], "vec": [1, 2], "meta": {"k": 1}, "nothing": null}\n' \
@@ -72,7 +72,7 @@ def test_cli(tmp_path):
 
 @pytest.mark.hdfs
 def test_hdfs_input(hdfs, tmp_path):
-    from tfrecord_io import fs
+    from tfrecord_io.storage import fs
 
     uri = f"{hdfs.namenode_uri}/infer/in.csv"
     with fs.open(uri, "wb") as f:

@@ -1,4 +1,4 @@
-"""tfrecord_io.inputs: the listing, the strict decompression and the line ranges every reader uses."""
+"""tfrecord_io.storage.inputs: the listing, the strict decompression and the line ranges every reader uses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io import inputs
+from tfrecord_io.storage import inputs
 
 DATA = b"".join(b"%d,row %d\n" % (i, i) for i in range(50_000))
 

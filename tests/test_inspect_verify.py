@@ -20,13 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import tfrecord_io_cli
-from tfrecord_io import fs, output
-from tfrecord_io.codec import encode_examples, encode_sequence_examples
-from tfrecord_io.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
-from tfrecord_io.framing import iter_records
-from tfrecord_io.inspect_cmd import inspect_source, resolve_source, sniff_compression
-from tfrecord_io.schema import Schema
-from tfrecord_io.verify import verify_source
+from tfrecord_io.storage import fs, output
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
+from tfrecord_io.core.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
+from tfrecord_io.core.framing import iter_records
+from tfrecord_io.commands.inspect import inspect_source, resolve_source, sniff_compression
+from tfrecord_io.core.schema import Schema
+from tfrecord_io.commands.verify import verify_source
 
 EXE = Path(sys.executable).parent / "tfrecord-io"
 GOLDEN = Path(__file__).resolve().parent / "golden"

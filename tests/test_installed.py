@@ -40,7 +40,7 @@ def installed(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, str(wheel)],
                    check=True, capture_output=True, text=True, timeout=600)
     bindir = venv / "bin"
-    (bindir / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.cli import main\nsys.exit(main())\n")
+    (bindir / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.commands.cli import main\nsys.exit(main())\n")
     (bindir / "tfrecord-io").chmod(0o755)
     return venv
 
@@ -68,7 +68,7 @@ def slim(installed, tmp_path_factory) -> Path:
     wheel = next((installed.parent / "wheels").glob("tfrecord_io-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
                     str(wheel)], check=True, capture_output=True, text=True, timeout=600)
-    (venv / "bin" / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.cli import main\n"
+    (venv / "bin" / "tfrecord-io").write_text(f"#!{py}\nimport sys\nfrom tfrecord_io.commands.cli import main\n"
                                              f"sys.exit(main())\n")
     (venv / "bin" / "tfrecord-io").chmod(0o755)
     return venv
@@ -118,7 +118,7 @@ def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_
     where = _run(installed, py, "-c", "import tfrecord_io, os; print(os.path.dirname(tfrecord_io.__file__))",
                  cwd=tmp_path).stdout.strip()
     assert where.startswith(str(installed)) and not where.startswith(str(REPO)), where
-    schema = _run(installed, py, "-c", "from tfrecord_io.demo_train import TAXI_SCHEMA; print(TAXI_SCHEMA)",
+    schema = _run(installed, py, "-c", "from tfrecord_io.commands.demo_train import TAXI_SCHEMA; print(TAXI_SCHEMA)",
                   cwd=tmp_path).stdout.strip()
     assert schema.startswith(str(installed)) and Path(schema).is_file()  # package data
 
@@ -129,7 +129,7 @@ def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_
               "--max-reject-fraction", "0.1"]
     _run(installed, cli, "convert", "--engine", "beam", *common, "--output", str(tmp_path / "beam"),
          "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
-    _run(installed, py, "-m", "tfrecord_io.beam", *common, "--output", str(tmp_path / "beam2"),
+    _run(installed, py, "-m", "tfrecord_io.engines.beam", *common, "--output", str(tmp_path / "beam2"),
          "--runner=FnApiRunner", cwd=tmp_path)
     done = _run(installed, cli, "convert", "--engine", "spark", "--master", "local[1]", *common,
                 "--output", str(tmp_path / "spark"), cwd=tmp_path)

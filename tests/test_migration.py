@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from tfrecord_io import output
-from tfrecord_io.codec import encode_examples
-from tfrecord_io.csv_arrow import read_batches
-from tfrecord_io.demo_train import demo_rows, taxi_schema
-from tfrecord_io.tfdata import make_dataset
+from tfrecord_io.storage import output
+from tfrecord_io.core.codec import encode_examples
+from tfrecord_io.conversion.parsing import read_batches
+from tfrecord_io.commands.demo_train import demo_rows, taxi_schema
+from tfrecord_io.engines.tfdata import make_dataset
 
 SCHEMA = taxi_schema()
 COLUMNS = [f.name for f in SCHEMA.features]
@@ -115,7 +115,7 @@ def csv_dataset_batches(files: list[str], batch_size: int) -> list[dict]:
 
 
 def convert(files: list[str], out: str) -> dict:
-    """CSV -> TFRecords as the converters do it (csv_arrow -> codec -> output contract), a shard per file."""
+    """CSV -> TFRecords as the converters do it (parsing -> codec -> output contract), a shard per file."""
     shards = []
     for path in files:
         with open(path, "rb") as fh:

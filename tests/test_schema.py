@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from tfrecord_io.schema import Schema, SchemaError
+from tfrecord_io.core.schema import Schema, SchemaError
 
 TAXI = """
 record_type: example

@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import spark_submit
-from tfrecord_io import output, spark_datasource
-from tfrecord_io.tfdata import make_dataset
+from tfrecord_io.storage import output
+from tfrecord_io.engines import spark_datasource
+from tfrecord_io.engines.tfdata import make_dataset
 
 pytestmark = pytest.mark.spark
 
@@ -141,7 +142,7 @@ def test_a_task_attempt_that_dies_mid_write_leaves_exactly_once_output(tmp_path)
     out = tmp_path / "out"
     script.write_text(textwrap.dedent(f"""\
         from pyspark.sql import SparkSession
-        from tfrecord_io import spark_datasource
+        from tfrecord_io.engines import spark_datasource
         spark = SparkSession.builder.getOrCreate()
         spark_datasource.register(spark)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
@@ -214,7 +215,7 @@ def test_a_corrupt_file_fails_naming_path_and_offset_or_is_skipped(tfspark, tmp_
 
 
 def test_sequence_examples_read_as_context_and_step_arrays(tfspark, tmp_path):
-    from tfrecord_io.spark import ConversionOptions, run_conversion
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
     lines = [json.dumps({"session_id": f"s{k}", "country": "fr", "ts": t, "item": f"i{t}", "price": t * 1.5,
                          "tags": ["a"] * t}) for k in range(3) for t in range(4)]
@@ -233,8 +234,8 @@ def test_sequence_examples_read_as_context_and_step_arrays(tfspark, tmp_path):
 
 # ----------------------------------------------------------------------------- the job on any Spark input
 def test_job_reads_parquet_orc_and_catalog_tables_checking_types_by_column(tfspark, tmp_path):
-    from tfrecord_io.schema import SchemaError
-    from tfrecord_io.spark import ConversionOptions, run_conversion
+    from tfrecord_io.core.schema import SchemaError
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
 
     df = _frame(tfspark)
     df.write.parquet(str(tmp_path / "pq"))

@@ -1,4 +1,4 @@
-"""The Spark job (tfrecord_io.spark, jobs/to_tfrecord.py, ``tfrecord-io convert``) end to end.
+"""The Spark job (tfrecord_io.engines.spark, jobs/to_tfrecord.py, ``tfrecord-io convert``) end to end.
 
 Real Spark (in-process local[2] via the ``spark`` fixture, and ``spark-submit`` subprocesses,
 including standalone clusters started from pyspark's own scripts: a master + one worker, and a
@@ -27,9 +27,9 @@ import pyarrow as pa
 import pytest
 
 from conftest import REPO, VENV_BIN, spark_submit
-from tfrecord_io import fs, output
-from tfrecord_io.schema import Schema, SchemaError
-from tfrecord_io.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
+from tfrecord_io.storage import fs, output
+from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
                                run_conversion)
 
 pytestmark = pytest.mark.spark
@@ -169,8 +169,10 @@ def clean_run(example_input, tmp_path_factory):
 def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_once(tmp_path):
     from pyspark import cloudpickle  # the copy Spark itself pickles functions with
 
-    from tfrecord_io import convert, inputs
-    from tfrecord_io.spark import _line_offsets, _Split
+    from tfrecord_io.commands import convert
+
+    from tfrecord_io.storage import inputs
+    from tfrecord_io.engines.spark import _line_offsets, _Split
 
     assert convert.DEFAULT_MAX_REJECT_FRACTION == output.DEFAULT_MAX_REJECT_FRACTION
     schema = Schema.load(str(SCHEMA))
@@ -209,7 +211,7 @@ def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_on
 
 
 def test_fault_switches_pick_first_attempts_and_stall_stops_when_temporary_is_gone(tmp_path):
-    from tfrecord_io.spark import _after_first_batch, _first_attempt_of, _stall
+    from tfrecord_io.engines.spark import _after_first_batch, _first_attempt_of, _stall
 
     assert [_first_attempt_of("0, 2", p, 0) for p in range(4)] == [True, False, True, False]
     assert _first_attempt_of("*", 5, 0) and not _first_attempt_of("*", 5, 1) and not _first_attempt_of("", 0, 0)
@@ -583,7 +585,7 @@ def test_overwrite_refused_then_allowed(spark, tmp_path):
 
 
 def test_reject_limit_leaves_no_success(spark, tmp_path):
-    from tfrecord_io.output import RejectLimitExceeded
+    from tfrecord_io.storage.output import RejectLimitExceeded
 
     inp = tmp_path / "in.csv"
     write_csv(inp, make_rows(98), extra_lines=("x,1,a,,1;2", "y,1,b,,1;2"))  # 2% rejected
@@ -776,7 +778,7 @@ def test_sequence_writer_splits_long_groups_across_batches():
 
 
 def _spool():
-    from tfrecord_io.spark import _RejectSpool
+    from tfrecord_io.engines.spark import _RejectSpool
 
     return _RejectSpool()
 
@@ -784,8 +786,8 @@ def _spool():
 def test_one_set_of_options_for_every_entry_point():
     import argparse
 
-    from tfrecord_io import convert
-    from tfrecord_io import options as opts
+    from tfrecord_io.commands import convert
+    from tfrecord_io.conversion import options as opts
 
     parser = argparse.ArgumentParser()
     convert.configure(parser)
@@ -837,7 +839,7 @@ def test_dataframe_source_speculative_straggler_is_exactly_once(standalone_two_h
     assert manifest["totals"] == {"input_rows": 6000, "records": 6000, "rejected": 0}, context
     assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_manifest.json"] + \
         [f"part-0000{k}-of-00003.tfrecord" for k in range(3)]
-    from tfrecord_io.decode import decode_example
+    from tfrecord_io.core.decode import decode_example
 
     records = serialized_records(sorted(out.glob("part-*")))
     assert set(records.values()) == {1}

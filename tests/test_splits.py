@@ -11,9 +11,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.codec import encode_examples
-from tfrecord_io.schema import Schema
-from tfrecord_io.splits import Splits, feature_key, record_key
+from tfrecord_io.core.codec import encode_examples
+from tfrecord_io.core.schema import Schema
+from tfrecord_io.conversion.splits import Splits, feature_key, record_key
 
 SCHEMA = Schema.from_dict({"features": [
     {"name": "user", "type": "string"}, {"name": "n", "type": "int64"}, {"name": "x", "type": "float"},
@@ -98,9 +98,9 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
     import collections
 
     from conftest import convert
-    from tfrecord_io import output
-    from tfrecord_io.framing import read_records
-    from tfrecord_io.tfdata import make_dataset
+    from tfrecord_io.storage import output
+    from tfrecord_io.core.framing import read_records
+    from tfrecord_io.engines.tfdata import make_dataset
 
     inp, schema, rows = _data(tmp_path)
     got = {}
@@ -140,7 +140,7 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
         users = {}
         for name, recs in per_split.items():
             for rec in recs:
-                from tfrecord_io.decode import decode_example
+                from tfrecord_io.core.decode import decode_example
 
                 users.setdefault(decode_example(rec)["user"][1][0], set()).add(name)
         assert all(len(v) == 1 for v in users.values())

@@ -20,15 +20,15 @@ import pytest
 import tensorflow as tf
 
 from conftest import tfrecord_io_cli
-from tfrecord_io import fs, output
-from tfrecord_io.codec import encode_examples
-from tfrecord_io.inspect_cmd import resolve_source
-from tfrecord_io.schema import Schema
-from tfrecord_io.stats import (
+from tfrecord_io.storage import fs, output
+from tfrecord_io.core.codec import encode_examples
+from tfrecord_io.commands.inspect import resolve_source
+from tfrecord_io.core.schema import Schema
+from tfrecord_io.commands.stats import (
     EXACT_LIMIT, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary, compute_stats,
     stats_to_dict,
 )
-from tfrecord_io.report import format_number, write_summaries
+from tfrecord_io.commands.report import format_number, write_summaries
 
 
 SCHEMA = Schema.from_dict({"features": [
@@ -417,8 +417,8 @@ def test_stats_errors(tmp_path, source):
 
 
 def test_stats_says_when_there_is_nothing_or_the_manifest_lies(tmp_path):
-    from tfrecord_io import output as out_contract
-    from tfrecord_io.schema import Schema
+    from tfrecord_io.storage import output as out_contract
+    from tfrecord_io.core.schema import Schema
 
     schema = Schema.from_dict({"features": [{"name": "a", "type": "int64"}]})
     empty = tmp_path / "empty"
@@ -427,7 +427,7 @@ def test_stats_says_when_there_is_nothing_or_the_manifest_lies(tmp_path):
     assert proc.returncode == 0 and "holds no records (2 file(s))" in proc.stderr, proc.stderr
     import pyarrow as pa
 
-    from tfrecord_io.codec import encode_examples
+    from tfrecord_io.core.codec import encode_examples
 
     lying = tmp_path / "lying"
     out_contract.write_output(str(lying), [[encode_examples(pa.RecordBatch.from_pydict({"a": [1, 2, 3]}), schema)]],

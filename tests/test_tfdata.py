@@ -1,4 +1,4 @@
-"""The tf.data loader (tfrecord_io.tfdata) against real TensorFlow, real Beam and a real HDFS.
+"""The tf.data loader (tfrecord_io.engines.tfdata) against real TensorFlow, real Beam and a real HDFS.
 
 Files come from three writers: TensorFlow's own ``tf.io.TFRecordWriter`` (each compression),
 Beam's ``WriteToTFRecord`` and our output contract (``output.write_shard`` + ``output.commit``).
@@ -24,10 +24,10 @@ import pytest
 import tensorflow as tf
 
 import tfrecord_io
-from tfrecord_io import fs, output
-from tfrecord_io.codec import encode_examples, encode_sequence_examples
-from tfrecord_io.schema import Schema
-from tfrecord_io.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.storage import fs, output
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
+from tfrecord_io.core.schema import Schema
+from tfrecord_io.engines.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
 
 SCHEMA = Schema.from_dict({
     "record_type": "example",
@@ -378,7 +378,7 @@ def test_fewer_files_than_pipelines_shard_records_instead(tmp_path, caplog):
     write_output(out, [(0, 100)])
     fn = input_fn(out, batch_size=6, seed=None)
     seen: Counter = Counter()
-    with caplog.at_level(logging.WARNING, logger="tfrecord_io.tfdata"):
+    with caplog.at_level(logging.WARNING, logger="tfrecord_io.engines.tfdata"):
         for p in range(3):
             got = unbatch(list(fn(tf.distribute.InputContext(3, p, 3))))
             assert len(got) == (100 - p + 2) // 3
@@ -555,7 +555,7 @@ def test_skip_mode_drops_the_rest_of_each_corrupt_file_and_counts(tmp_path, capl
     gz = tmp_path / "d-3.tfrecord.gz"
     gz.write_bytes(gz.read_bytes()[:-40])  # a truncated gzip stream
     stats = LoaderStats()
-    with caplog.at_level(logging.WARNING, logger="tfrecord_io.tfdata"):
+    with caplog.at_level(logging.WARNING, logger="tfrecord_io.engines.tfdata"):
         got = unbatch(make_dataset(str(tmp_path / "d-*"), schema=SCHEMA, batch_size=16, on_corrupt="skip",
                                    seed=2, stats=stats))
     ids = sorted(i for i, _ in got)
@@ -707,7 +707,7 @@ def test_hdfs_refuses_an_output_without_success(hdfs):
 # Training
 # ---------------------------------------------------------------------------------------
 def test_demo_train_fits_a_keras_model(tmp_path):
-    from tfrecord_io.demo_train import make_demo_output, train_demo
+    from tfrecord_io.commands.demo_train import make_demo_output, train_demo
 
     out = str(tmp_path / "demo")
     make_demo_output(out, rows=3000, shards=3)
@@ -720,7 +720,7 @@ def test_a_sometimes_missing_feature_without_default_is_refused_at_once(spark, t
     """The converters record per-feature present counts (issue #15 item 5); the loader refuses a
     schema that would fail at the first batch holding a missing value, naming the feature."""
     from conftest import convert
-    from tfrecord_io import output as out_contract
+    from tfrecord_io.storage import output as out_contract
 
     (tmp_path / "in.csv").write_text("id,air_time\n1,10\n2,\n3,30\n")
     (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: air_time, type: int64}\n")

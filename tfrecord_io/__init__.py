@@ -12,18 +12,18 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Schema": "tfrecord_io.schema",
-    "Feature": "tfrecord_io.schema",
-    "SchemaError": "tfrecord_io.schema",
-    "encode_examples": "tfrecord_io.codec",
-    "encode_sequence_examples": "tfrecord_io.codec",
-    "TFRecordWriter": "tfrecord_io.framing",
-    "read_records": "tfrecord_io.framing",
-    "CorruptRecordError": "tfrecord_io.framing",
-    "make_dataset": "tfrecord_io.tfdata",
-    "input_fn": "tfrecord_io.tfdata",
-    "prefetch_to_gpu": "tfrecord_io.tfdata",
-    "steps_per_epoch": "tfrecord_io.tfdata",
+    "Schema": "tfrecord_io.core.schema",
+    "Feature": "tfrecord_io.core.schema",
+    "SchemaError": "tfrecord_io.core.schema",
+    "encode_examples": "tfrecord_io.core.codec",
+    "encode_sequence_examples": "tfrecord_io.core.codec",
+    "TFRecordWriter": "tfrecord_io.core.framing",
+    "read_records": "tfrecord_io.core.framing",
+    "CorruptRecordError": "tfrecord_io.core.framing",
+    "make_dataset": "tfrecord_io.engines.tfdata",
+    "input_fn": "tfrecord_io.engines.tfdata",
+    "prefetch_to_gpu": "tfrecord_io.engines.tfdata",
+    "steps_per_epoch": "tfrecord_io.engines.tfdata",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,1 @@
+"""The ``tfrecord-io`` command line: cli (the entry point) and one module per command."""

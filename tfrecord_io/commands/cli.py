@@ -1,0 +1,49 @@
+"""The ``tfrecord-io`` command line.
+
+Each subcommand lives in the module that does its work; that module exposes
+``configure(parser)`` and ``run(args) -> int``.  Modules are imported only when
+their subcommand runs, so ``tfrecord-io --help`` never pays for TensorFlow,
+Spark or Beam start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (name, module, one-line help)
+SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("demo", "tfrecord_io.commands.demo", "the whole path on sample data: CSV -> TFRecords (Spark) -> inspect -> Keras training"),
+    ("hdfs-local", "tfrecord_io.clusters.hdfs_local.command",
+     "start, stop or query a single-node HDFS on loopback (for tests and trying things out)"),
+    ("infer-schema", "tfrecord_io.commands.infer",
+     "read a sample of CSV or JSON input and print an editable YAML schema"),
+    ("convert", "tfrecord_io.commands.convert", "convert CSV/JSON (local or HDFS) to TFRecord files with Spark or Beam"),
+    ("inspect", "tfrecord_io.commands.inspect", "show a TFRecord source's files, record count, schema and first records"),
+    ("verify", "tfrecord_io.commands.verify", "check every record's CRCs, the manifest's counts and sizes, and the schema"),
+    ("stats", "tfrecord_io.commands.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrecord-io",
+        description="Turn CSV/JSON on HDFS or local disk into TFRecords, and stream them into training.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module, help_text in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        # configure() is cheap: the modules keep their heavy imports inside run().
+        importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

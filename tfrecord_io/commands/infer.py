@@ -1,0 +1,268 @@
+"""``tfrecord-io infer-schema``: read a sample of CSV or JSON Lines input and propose a schema.
+
+The proposal converts the data it was inferred from: columns are typed by the converters' own
+value rules (:mod:`tfrecord_io.core.values`: Java's number rules for CSV, the JSON scalar rules), and
+input is listed and opened as the converters do (:mod:`tfrecord_io.storage.inputs`: directories, globs,
+``.gz``/``.bz2`` decompressed).
+
+Missing values: CSV cells that are one of the null tokens (default :data:`NULL_TOKENS`: empty,
+``NA``, ``N/A``, ``null``, ``NULL``, ``None``, ``nan``, and ``NaN`` in a column that is otherwise
+integers) are nulls, not strings; the tokens seen go into ``csv.null_values``, and
+``--null-values`` replaces the list.  A column with nulls gets a ``default`` (0, 0.0 or ""), so
+that the proposed schema loads without editing, and a comment saying how many nulls were seen.
+JSON ``null`` and absent keys are nulls; JSON arrays become ``shape: [-1]`` lists; nested objects
+(which no feature type takes) are listed under ``ignore_columns``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from tfrecord_io.storage import inputs
+
+from tfrecord_io.core import values
+from tfrecord_io.core.schema import CsvOptions
+
+DEFAULT_SAMPLE_ROWS = 1000
+NULL_TOKENS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "nan", "NaN")
+_INT_ONLY_NULLS = ("NaN", "nan")  # NaN is a float value; in a column of integers it means missing
+_DEFAULTS = {"int64": 0, "float": 0.0, "string": ""}
+
+
+@dataclass
+class _Column:
+    name: str
+    kinds: set[str] = field(default_factory=set)  # seen value kinds: int64 / float / string
+    is_list: bool = False
+    non_null: int = 0
+    nulls: int = 0
+    nested: bool = False
+    tokens: set[str] = field(default_factory=set)  # null tokens seen (CSV)
+    nan_cells: int = 0  # "NaN"/"nan" cells (CSV), decided once the column's type is known
+    declared: bool = False  # typed by a Parquet/ORC schema (counts mean nothing)
+    unsupported: str | None = None  # a Parquet/ORC type no feature takes
+
+    def see(self, kind: str | None) -> None:
+        if kind is None:
+            self.nulls += 1
+        else:
+            self.kinds.add(kind)
+            self.non_null += 1
+
+    @property
+    def type(self) -> str:
+        if self.nested or "string" in self.kinds:
+            return "string"
+        if "float" in self.kinds:
+            return "float"
+        return "int64" if "int64" in self.kinds else "string"
+
+
+def _rows_csv(uri: str, options: CsvOptions) -> Iterator[tuple[bool, list[str]]]:
+    """(is a header, cells) for each non-empty record of each input file."""
+    for f in inputs.list_inputs(uri):
+        with inputs.open_input(f.path) as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+            reader = csv.reader(text, delimiter=options.delimiter, quotechar=options.quote)
+            first = True
+            for row in reader:
+                if first:
+                    first = False
+                    if row and row[0].startswith("\ufeff"):
+                        row[0] = row[0][1:]
+                    yield options.header, row
+                    continue
+                if row:
+                    yield False, row
+
+
+def infer_columns(uri: str, input_format: str, sample_rows: int = DEFAULT_SAMPLE_ROWS,
+                  csv_options: CsvOptions = CsvOptions(), null_tokens: tuple[str, ...] = NULL_TOKENS) -> list[_Column]:
+    """Look at up to ``sample_rows`` rows of the input and describe each column."""
+    columns: dict[str, _Column] = {}
+    if input_format == "csv":
+        names: list[str] | None = None
+        cols: list[_Column] = []
+        seen = 0
+        for is_header, row in _rows_csv(uri, csv_options):
+            if is_header:
+                if names is None:
+                    names = row
+                    cols = [columns.setdefault(n, _Column(n)) for n in names]
+                continue  # the header of a later file
+            if names is None:
+                names = [f"column_{i}" for i in range(len(row))]
+                cols = [columns.setdefault(n, _Column(n)) for n in names]
+            if seen >= sample_rows:
+                break
+            seen += 1
+            for col, cell in zip(cols, row):
+                if cell in _INT_ONLY_NULLS and cell in null_tokens:
+                    col.nan_cells += 1
+                elif cell in null_tokens:
+                    col.tokens.add(cell)
+                    col.see(None)
+                else:
+                    col.see(values.csv_kind(cell))
+        if names is None:
+            raise ValueError(f"{uri}: no rows to infer a schema from")
+        for col in cols:  # NaN: missing in a column of integers (or of nothing), a value otherwise
+            if col.nan_cells:
+                if col.kinds <= {"int64"}:
+                    col.nulls += col.nan_cells
+                    col.tokens.update(t for t in _INT_ONLY_NULLS if t in null_tokens)
+                else:
+                    col.see("float")
+                    col.non_null += col.nan_cells - 1
+    elif input_format == "json":
+        for i, (path, number, line) in enumerate(_json_lines(uri)):
+            if i >= sample_rows:
+                break
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                raise ValueError(f"{path}: line {number} is not JSON: {str(e)[:200]}") from e
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}: line {number}: expected a JSON object per line, got "
+                                 f"{type(obj).__name__}")
+            for name in columns:
+                if name not in obj:
+                    columns[name].see(None)
+            for name, value in obj.items():
+                col = columns.get(name)
+                if col is None:
+                    col = columns[name] = _Column(name)
+                    col.nulls = i  # absent from the lines before
+                if isinstance(value, list):
+                    col.is_list = True
+                    col.non_null += 1
+                    for item in value:
+                        col.nested |= isinstance(item, (list, dict))
+                        if item is not None:
+                            col.kinds.add(values.json_kind(item))
+                elif isinstance(value, dict):
+                    col.nested = True
+                    col.see("string")
+                else:
+                    col.see(values.json_kind(value))
+    elif input_format in ("parquet", "orc"):
+        return _columnar(uri, input_format)
+    else:
+        raise ValueError(f"unknown input format {input_format!r}; expected csv, json, parquet or orc")
+    return list(columns.values())
+
+
+def _columnar(uri: str, input_format: str) -> list[_Column]:
+    """Columns from a Parquet or ORC file's own types (the first file of the input); nothing is sampled."""
+    import pyarrow as pa
+
+    first = inputs.list_inputs(uri)[0].path
+    with inputs.open_input(first) as f:
+        if input_format == "parquet":
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(pa.PythonFile(f, mode="r"))
+        else:
+            import pyarrow.orc as orc
+
+            schema = orc.ORCFile(pa.BufferReader(f.read())).schema
+    out = []
+    for fld in schema:
+        t, is_list = fld.type, False
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            t, is_list = t.value_type, True
+        kind = ("int64" if pa.types.is_integer(t) or pa.types.is_boolean(t) else
+                "float" if pa.types.is_floating(t) else
+                "string" if pa.types.is_string(t) or pa.types.is_large_string(t) else
+                "bytes" if pa.types.is_binary(t) or pa.types.is_large_binary(t) else None)
+        col = _Column(fld.name, is_list=is_list)
+        if kind is None:
+            col.unsupported = str(fld.type)
+        else:
+            col.kinds.add(kind)
+            col.non_null = 1
+            col.nulls = 1 if fld.nullable and not is_list else 0
+            col.declared = True
+        out.append(col)
+    return out
+
+
+def _json_lines(uri: str) -> Iterator[tuple[str, int, str]]:
+    """(file, line number, text) of each non-blank line of each input file."""
+    for f in inputs.list_inputs(uri):
+        with inputs.open_input(f.path) as raw:
+            for number, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=""), 1):
+                if line.strip():
+                    yield f.path, number, line
+
+
+def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int) -> str:
+    """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``)."""
+    source = f"the {input_format} file's own schema" if input_format in ("parquet", "orc") else \
+        f"up to {sample_rows} {input_format} rows"
+    lines = [f"# Inferred by tfrecord-io infer-schema from {source}: review it.", "record_type: example", "features:"]
+    nested = [c for c in columns if (c.nested and input_format == "json") or c.unsupported]
+    for c in columns:
+        if c in nested:
+            continue
+        entry = f"  - {{name: {json.dumps(c.name)}, type: {c.type}"
+        if c.is_list:
+            entry += ", shape: [-1]"
+            if input_format == "csv":
+                entry += ', separator: "|"'
+        elif c.nulls:
+            entry += f", default: {json.dumps(_DEFAULTS[c.type])}"
+        entry += "}"
+        notes = []
+        if c.declared:
+            notes.append("nullable in the file's schema" if c.nulls else "")
+            notes = [n for n in notes if n]
+        elif c.non_null == 0:
+            notes.append("always empty in the sample: type is a guess")
+        elif c.nulls:
+            notes.append(f"{c.nulls} null(s) in {c.nulls + c.non_null} sampled rows: the loader fills the default")
+        if len(c.kinds) > 1 and c.type == "string" and input_format == "json":
+            notes.append("mixed JSON types: only its strings convert, other values are rejects")
+        lines.append(entry + (f"  # {'; '.join(notes)}" if notes else ""))
+    if nested:
+        lines.append("# No feature type takes these (nested JSON, or " + ", ".join(
+            sorted({f"{c.name}: {c.unsupported}" for c in nested if c.unsupported}) or ["-"])
+            + "): flatten or cast them to use them.")
+        lines.append(f"ignore_columns: {json.dumps([c.name for c in nested])}")
+    if input_format == "csv":
+        tokens = sorted(set().union(*(c.tokens for c in columns)) | {""}, key=lambda t: (t != "", t))
+        lines.append(f"csv: {{header: {str(csv_options.header).lower()}, "
+                     f"delimiter: {json.dumps(csv_options.delimiter)}, null_values: {json.dumps(tokens)}}}")
+    return "\n".join(lines) + "\n"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="file, directory or glob; local path, file:// or hdfs://")
+    parser.add_argument("--format", required=True, choices=("csv", "json", "parquet", "orc"), dest="input_format",
+                        help="csv, json (JSON Lines: one object per line), or parquet / orc (typed by the file's "
+                             "own schema)")
+    parser.add_argument("--sample-rows", type=int, default=DEFAULT_SAMPLE_ROWS,
+                        help=f"rows to look at (default {DEFAULT_SAMPLE_ROWS})")
+    parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
+    parser.add_argument("--no-header", action="store_true", help="CSV files have no header line")
+    parser.add_argument("--null-values", default=None, metavar="A,B,...",
+                        help="CSV cell texts that mean missing (default: " + ",".join(t or '""' for t in NULL_TOKENS)
+                             + ')')
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = CsvOptions(header=not args.no_header, delimiter=args.delimiter)
+        tokens = NULL_TOKENS if args.null_values is None else tuple(args.null_values.split(","))
+        columns = infer_columns(args.input, args.input_format, args.sample_rows, options, tokens)
+    except (OSError, ValueError) as e:
+        print(f"tfrecord-io infer-schema: error: {e}", file=sys.stderr)
+        return 2
+    print(schema_yaml(columns, args.input_format, options, args.sample_rows), end="")
+    return 0

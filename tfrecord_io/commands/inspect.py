@@ -1,0 +1,666 @@
+"""``tfrecord-io inspect``, and what a SOURCE is for inspect, verify and stats.
+
+A SOURCE is one of
+
+* an output directory of ours (it has ``_manifest.json``): the files the manifest lists,
+  with its compression, schema and record counts;
+* any other directory: its files, except names starting with ``_`` or ``.``
+  (subdirectories are not entered);
+* a glob (``*``, ``?``, ``[...]``), or a single file.
+
+Local paths, ``file://`` and ``hdfs://`` work alike.  A file's compression is the
+manifest's, else ``--compression``, else implied by its extension (``.gz``/``.gzip``,
+``.zlib``), else sniffed from its first bytes: a valid TFRecord header (length + its
+masked CRC) means uncompressed, the gzip magic ``1f 8b`` gzip, a zlib header zlib.
+
+``inspect`` prints the files, the record count (the manifest's, or counted by reading
+every file), the schema (the manifest's, or inferred from the first ``--sample`` records:
+feature names, kinds, how many values, and a guessed schema type and shape) and the first
+``--head`` records.  Records are shown as JSON (see :func:`tfrecord_io.core.decode.record_to_json`):
+
+* a feature is ``{"int64_list": [...]}``, ``{"float_list": [...]}``, ``{"bytes_list": [...]}``,
+  or ``{}`` for a feature with no kind set, so an empty list and a missing feature differ;
+* bytes are a JSON string when they are valid UTF-8, else ``{"base64": "..."}``;
+* floats are float32 values in their shortest spelling; NaN and infinities are the strings
+  ``"NaN"``, ``"Infinity"``, ``"-Infinity"``;
+* a record that is not an Example or SequenceExample is ``{"error": "...", "base64": "..."}``.
+
+A file holds Examples or SequenceExamples (the manifest says which; otherwise a record with
+``feature_lists`` marks SequenceExamples, and records without any are shown as Examples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import multiprocessing
+import os
+import struct
+import sys
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from tfrecord_io.storage import fs
+from tfrecord_io.core.decode import RecordDecodeError, decode_record, record_to_json
+from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
+from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
+from tfrecord_io.commands.progress import Progress, progress_enabled
+
+__all__ = [
+    "SourceFile", "Source", "resolve_source", "sniff_compression", "iter_file_records", "map_files",
+    "infer_from_records", "configure", "run",
+]
+
+DEFAULT_HEAD = 5
+DEFAULT_SAMPLE = 1000
+_GLOB_CHARS = "*?["
+
+
+# ---------------------------------------------------------------------------------------
+# Sources
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceFile:
+    """One record file of a source.
+
+    ``size`` is its size now (None when it does not exist); ``manifest_records`` and
+    ``manifest_bytes`` what the manifest says (None without a manifest).
+    """
+
+    uri: str
+    name: str
+    compression: str
+    compression_from: str  # "manifest" | "option" | "extension" | "sniffed"
+    size: int | None
+    manifest_records: int | None = None
+    manifest_bytes: int | None = None
+
+
+@dataclass
+class Source:
+    uri: str
+    files: list[SourceFile]
+    is_dir: bool = False
+    manifest: dict | None = None
+    success: bool | None = None          # _SUCCESS present (directories only)
+    extra_entries: list[str] = field(default_factory=list)  # files beside a manifest it does not list
+    schema: Any = None                   # tfrecord_io.core.schema.Schema, from the manifest or --schema
+    schema_from: str | None = None       # "manifest" | "option"
+
+    @property
+    def record_type(self) -> str | None:
+        return self.schema.record_type if self.schema is not None else None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+
+def _hidden(uri: str) -> bool:
+    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
+
+
+def _relative(base: str, uri: str) -> str:
+    base = base.rstrip("/") + "/"
+    return uri[len(base):] if uri.startswith(base) else uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def sniff_compression(uri: str) -> str:
+    """``"none"``, ``"gzip"`` or ``"zlib"`` from a file's first bytes (see the module doc)."""
+    with fs.open(uri, "rb") as f:
+        head = f.read(12)
+    if len(head) == 12:
+        (length_crc,) = struct.unpack_from("<I", head, 8)
+        if masked_crc32c(head[:8]) == length_crc:
+            return "none"
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] >> 4) <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return "none"
+
+
+def _compression_for(uri: str, option: str | None, manifest: dict | None,
+                     exists: bool = True) -> tuple[str, str]:
+    if manifest is not None and manifest.get("compression") is not None:
+        try:
+            return normalize_compression(manifest["compression"]), "manifest"
+        except ValueError as e:
+            raise ValueError(f"{MANIFEST}: {e}") from e
+    if option not in (None, "auto"):
+        return normalize_compression(option), "option"
+    by_name = compression_from_path(uri)
+    if by_name != "none" or not exists:
+        return by_name, "extension"
+    return sniff_compression(uri), "sniffed"
+
+
+def _size_or_none(uri: str) -> int | None:
+    try:
+        return fs.size(uri)
+    except FileNotFoundError:
+        return None
+
+
+def resolve_source(uri: str, *, compression: str | None = None, schema_uri: str | None = None) -> Source:
+    """Find a SOURCE's files, manifest and schema (see the module doc).
+
+    Raises FileNotFoundError when nothing is there or a directory holds no record files,
+    ValueError for a manifest or schema that cannot be read.
+    """
+    from tfrecord_io.core.schema import Schema, SchemaError
+
+    if compression not in (None, "auto"):
+        normalize_compression(compression)  # fail early on a bad option
+    uri = uri.rstrip("/") or uri
+    source = Source(uri=uri, files=[])
+    if any(c in uri for c in _GLOB_CHARS):
+        matches = [m for m in fs.glob(uri) if not _hidden(m) and not fs.isdir(m)]
+        if not matches:
+            raise FileNotFoundError(f"{uri}: no files match")
+        source.files = [SourceFile(m, _relative(uri.rsplit("/", 1)[0], m),
+                                   *_compression_for(m, compression, None), _size_or_none(m))
+                        for m in matches]
+    elif not fs.exists(uri):
+        raise FileNotFoundError(f"{uri}: no such file or directory")
+    elif fs.isdir(uri):
+        source.is_dir = True
+        source.success = fs.exists(fs.join(uri, SUCCESS))
+        entries = fs.ls(uri)
+        if fs.exists(fs.join(uri, MANIFEST)):
+            try:
+                manifest = read_manifest(uri)
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{uri}: cannot read {MANIFEST}: {e}") from e
+            source.manifest = manifest
+            try:
+                source.schema = Schema.from_dict(manifest["schema"])
+                source.schema_from = "manifest"
+            except (KeyError, SchemaError) as e:
+                raise ValueError(f"{fs.join(uri, MANIFEST)}: no valid schema: {e}") from e
+            listed = []
+            for entry in manifest.get("files", []):
+                try:
+                    path, records, nbytes = entry["path"], int(entry["records"]), int(entry["bytes"])
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"{fs.join(uri, MANIFEST)}: bad files entry {entry!r}: {e}") from e
+                file_uri = fs.join(uri, path)
+                listed.append(file_uri)
+                size = _size_or_none(file_uri)
+                comp, comp_from = _compression_for(file_uri, compression, manifest, exists=size is not None)
+                source.files.append(SourceFile(file_uri, path, comp, comp_from, size, records, nbytes))
+            listed_set = set(listed)
+            source.extra_entries = [_relative(uri, e) for e in entries
+                                    if not _hidden(e) and e not in listed_set and not fs.isdir(e)]
+        else:
+            files = [e for e in entries if not _hidden(e) and not fs.isdir(e)]
+            if not files:
+                raise FileNotFoundError(f"{uri}: a directory with no record files (and no {MANIFEST})")
+            source.files = [SourceFile(f, _relative(uri, f), *_compression_for(f, compression, None),
+                                       _size_or_none(f)) for f in files]
+    else:
+        source.files = [SourceFile(uri, uri.rsplit("/", 1)[-1], *_compression_for(uri, compression, None),
+                                   _size_or_none(uri))]
+    if schema_uri:
+        try:
+            source.schema = Schema.load(schema_uri)
+        except SchemaError as e:
+            raise ValueError(f"--schema {schema_uri}: {e}") from e
+        source.schema_from = "option"
+    return source
+
+
+class _CountingReader:
+    """A read-only file wrapper that reports how many bytes were read."""
+
+    def __init__(self, f, report: Callable[[int], None] | None):
+        self._f, self._report = f, report
+        self.name = getattr(f, "name", None)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        if self._report is not None and data:
+            self._report(len(data))
+        return data
+
+
+def iter_file_records(file: SourceFile, *, verify: bool = True,
+                      report: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(offset, data)`` for each record of one file; raises CorruptRecordError naming it."""
+    with fs.open(file.uri, "rb") as f:
+        yield from iter_records(_CountingReader(f, report), name=file.uri,
+                                compression=file.compression, verify=verify)
+
+
+# ---------------------------------------------------------------------------------------
+# Work over files: inline, or a process pool, with a progress bar
+# ---------------------------------------------------------------------------------------
+_WORKER_QUEUE = None
+
+
+def _init_worker(queue) -> None:
+    global _WORKER_QUEUE
+    _WORKER_QUEUE = queue
+
+
+class _QueueReporter:
+    """Batches byte counts from a worker to the parent (at most one message per MiB)."""
+
+    def __init__(self, queue):
+        self.queue, self.pending = queue, 0
+
+    def __call__(self, n: int) -> None:
+        self.pending += n
+        if self.pending >= 1 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending and self.queue is not None:
+            self.queue.put(self.pending)
+        self.pending = 0
+
+
+def _run_in_worker(fn: Callable, item: Any, context: Any) -> Any:
+    reporter = _QueueReporter(_WORKER_QUEUE)
+    try:
+        return fn(item, context, reporter if _WORKER_QUEUE is not None else None)
+    finally:
+        reporter.flush()
+
+
+#: Below this many bytes in all, work runs in this process: starting workers would cost more.
+PARALLEL_MIN_BYTES = 32 << 20
+
+
+def default_workers(files: Sequence[SourceFile]) -> int:
+    """One process per file, at most the CPU count; one in all for small sources."""
+    if sum(f.size or 0 for f in files) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(len(files), os.cpu_count() or 1))
+
+
+def map_files(fn: Callable[[SourceFile, Any, Callable[[int], None] | None], Any], files: Sequence[SourceFile],
+              *, context: Any = None, workers: int | None = None, label: str = "reading",
+              progress: bool | None = None) -> list:
+    """``[fn(file, context, report) for file in files]``, in a process pool when ``workers > 1``
+    (default: :func:`default_workers`).
+
+    ``fn`` must be a module-level function and ``context`` picklable (both go to
+    ``spawn``-ed workers, which import no TensorFlow); ``report(nbytes)`` feeds the progress
+    bar and is None when no bar is drawn.  Results come back in the order of ``files``; the first exception raised
+    by any ``fn`` is re-raised here (the rest of the work is cancelled).
+    """
+    workers = default_workers(files) if workers is None else max(1, int(workers))
+    show = progress_enabled() if progress is None else progress
+    total = sum(f.size or 0 for f in files)
+    with Progress(label, total, len(files), enabled=show) as bar:
+        if workers == 1 or len(files) <= 1:
+            results = []
+            for f in files:
+                results.append(fn(f, context, bar.advance if show else None))
+                bar.file_done()
+            return results
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue() if show else None
+        results: list = [None] * len(files)
+        with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx,
+                                 initializer=_init_worker, initargs=(queue,)) as pool:
+            futures = {pool.submit(_run_in_worker, fn, f, context): i for i, f in enumerate(files)}
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                    if queue is not None:
+                        _drain(queue, bar)
+                    for fut in done:
+                        results[futures[fut]] = fut.result()
+                        bar.file_done()
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                raise
+            if queue is not None:
+                _drain(queue, bar)
+        return results
+
+
+def _drain(queue, bar: Progress) -> None:
+    import queue as queue_module
+
+    while True:
+        try:
+            bar.advance(queue.get_nowait())
+        except queue_module.Empty:
+            return
+
+
+# ---------------------------------------------------------------------------------------
+# Schema inference from records
+# ---------------------------------------------------------------------------------------
+@dataclass
+class _Seen:
+    kinds: Counter = field(default_factory=Counter)
+    present: int = 0
+    min_values: int | None = None
+    max_values: int | None = None
+    min_steps: int | None = None
+    max_steps: int | None = None
+    utf8: bool = True
+
+    def values(self, n: int) -> None:
+        self.min_values = n if self.min_values is None else min(self.min_values, n)
+        self.max_values = n if self.max_values is None else max(self.max_values, n)
+
+    def steps(self, n: int) -> None:
+        self.min_steps = n if self.min_steps is None else min(self.min_steps, n)
+        self.max_steps = n if self.max_steps is None else max(self.max_steps, n)
+
+    def feature(self, kind: str | None, values: list) -> None:
+        self.kinds[str(kind)] += 1
+        self.values(len(values))
+        if kind == "bytes_list" and self.utf8:
+            try:
+                for v in values:
+                    v.decode("utf-8")
+            except UnicodeDecodeError:
+                self.utf8 = False
+
+    def describe(self, name: str, records: int, sequence: bool) -> dict:
+        kinds = {k: n for k, n in self.kinds.most_common()}
+        out: dict[str, Any] = {"name": name, "kinds": kinds, "present": self.present, "records": records}
+        if sequence:
+            out["steps"] = [self.min_steps, self.max_steps]
+        out["values"] = [self.min_values, self.max_values]
+        main = next(iter(kinds), "None")
+        guess_type = {"int64_list": "int64", "float_list": "float"}.get(
+            main, "string" if self.utf8 else "bytes") if main != "None" else None
+        out["type"] = guess_type
+        if self.min_values is not None and self.min_values == self.max_values and self.min_values >= 1:
+            out["shape"] = None if self.min_values == 1 else [self.min_values]
+        else:
+            out["shape"] = [-1]
+        return out
+
+
+def infer_from_records(decoded: Sequence, *, sequence: bool | None = None) -> dict:
+    """Describe the features seen in decoded records (an inferred schema).
+
+    ``decoded`` holds :class:`DecodedRecord` objects (undecodable records left out).
+    Returns ``{"record_type", "records", "features": [...], "feature_lists": [...]}``; each
+    feature has its ``kinds`` (with counts), ``present`` (records that have it), ``values``
+    ([min, max] values per feature, or per step) and a guessed schema ``type`` and ``shape``
+    (``null`` = scalar).  Sequence features also have ``steps`` ([min, max]).
+    """
+    if sequence is None:
+        sequence = any(r.is_sequence for r in decoded)
+    feats: dict[str, _Seen] = {}
+    lists: dict[str, _Seen] = {}
+    for r in decoded:
+        for name, (kind, values) in r.features.items():
+            s = feats.setdefault(name, _Seen())
+            s.present += 1
+            s.feature(kind, values)
+        for name, steps in (r.feature_lists or {}).items():
+            s = lists.setdefault(name, _Seen())
+            s.present += 1
+            s.steps(len(steps))
+            for kind, values in steps:
+                s.feature(kind, values)
+    n = len(decoded)
+    out = {"record_type": "sequence_example" if sequence else "example", "records": n,
+           "features": [feats[k].describe(k, n, False) for k in sorted(feats)]}
+    if sequence:
+        out["feature_lists"] = [lists[k].describe(k, n, True) for k in sorted(lists)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------
+def _count_file(file: SourceFile, _context, report) -> int:
+    return sum(1 for _ in iter_file_records(file, verify=False, report=report))
+
+
+def _sample(source: Source, n: int) -> Iterator[tuple[SourceFile, int, bytes]]:
+    """The first ``n`` records of the source, in file order (stops reading when it has them)."""
+    if n <= 0:
+        return
+    got = 0
+    for file in source.files:
+        if file.size is None:
+            continue
+        for offset, data in iter_file_records(file, verify=False):
+            yield file, offset, data
+            got += 1
+            if got >= n:
+                return
+
+
+def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DEFAULT_SAMPLE,
+                   workers: int | None = None, progress: bool | None = None) -> dict:
+    """Everything ``inspect`` shows, as JSON-ready data."""
+    files = [{"path": f.name, "uri": f.uri, "compression": f.compression,
+              "compression_from": f.compression_from, "bytes": f.size,
+              **({"records": f.manifest_records} if f.manifest_records is not None else {})}
+             for f in source.files]
+    out: dict[str, Any] = {"source": source.uri}
+    if source.manifest is not None:
+        totals = source.manifest.get("totals", {})
+        out["manifest"] = {"engine": source.manifest.get("engine"), "created": source.manifest.get("created"),
+                           "totals": totals, "success": source.success}
+        out["records"] = sum(f.manifest_records or 0 for f in source.files)
+        out["records_from"] = "manifest"
+    else:
+        readable = [f for f in source.files if f.size is not None]
+        counts = dict(zip((f.uri for f in readable),
+                          map_files(_count_file, readable, workers=workers, label="counting", progress=progress)))
+        for entry in files:
+            if entry["uri"] in counts:
+                entry["records"] = counts[entry["uri"]]
+        out["records"] = sum(counts.values())
+        out["records_from"] = "scan"
+    out["files"] = files
+
+    want = max(head, sample if source.schema is None else 0)
+    rows = []
+    decoded = []
+    undecodable = 0
+    for file, offset, data in _sample(source, want):
+        rec, err = None, None
+        try:
+            rec = decode_record(data)
+            decoded.append(rec)
+        except RecordDecodeError as e:
+            err = str(e)
+            undecodable += 1
+        if len(rows) < head:
+            rows.append((file, offset, data, rec, err))
+
+    if source.schema is not None:
+        out["record_type"] = source.schema.record_type
+        out["record_type_from"] = source.schema_from
+        out["schema"] = {"from": source.schema_from, **source.schema.to_dict()}
+        sequence = source.schema.record_type == "sequence_example"
+        order = [f.name for f in source.schema.input_features]
+    else:
+        inferred = infer_from_records(decoded)
+        sequence = inferred["record_type"] == "sequence_example"
+        out["record_type"] = inferred["record_type"] if decoded else None
+        out["record_type_from"] = "records"
+        out["schema"] = {"from": "records", "sampled": len(decoded) + undecodable, **inferred}
+        if undecodable:
+            out["schema"]["undecodable"] = undecodable
+        order = None
+    out["head"] = []
+    for file, offset, data, rec, err in rows:
+        item: dict[str, Any] = {"file": file.name, "offset": offset}
+        if rec is None:
+            item.update(error=err, base64=base64.b64encode(data).decode("ascii"))
+        else:
+            item.update(record_to_json(rec, sequence=sequence or rec.is_sequence, order=order))
+        out["head"].append(item)
+    return out
+
+
+# -- text rendering ------------------------------------------------------------------------
+_MAX_SHOWN = 16  # values shown per feature in text mode
+
+
+def _values_text(feature_json: dict) -> str:
+    if not feature_json:
+        return "(no kind set)"
+    (kind, values), = feature_json.items()
+    shown = ", ".join(json.dumps(v, ensure_ascii=False) for v in values[:_MAX_SHOWN])
+    more = f", ... ({len(values)} values)" if len(values) > _MAX_SHOWN else ""
+    return f"{kind:<11} [{shown}{more}]"
+
+
+def _features_text(features: dict, indent: str) -> list[str]:
+    if not features:
+        return [f"{indent}(no features)"]
+    width = max(len(n) for n in features)
+    return [f"{indent}{n:<{width}}  {_values_text(v)}" for n, v in features.items()]
+
+
+def _schema_text(schema: dict) -> list[str]:
+    lines = []
+    if schema["from"] in ("manifest", "option"):
+        what = "the manifest" if schema["from"] == "manifest" else "--schema"
+        lines.append(f"schema (from {what}): {schema['record_type']}")
+        groups = ([("features", schema.get("features", []))] if schema["record_type"] == "example"
+                  else [("context", schema.get("context", [])), ("sequence", schema.get("sequence", []))])
+        for title, feats in groups:
+            if schema["record_type"] != "example":
+                lines.append(f"  {title}:")
+            width = max([len(f["name"]) for f in feats] or [0])
+            for f in feats:
+                shape = "scalar" if "shape" not in f else str(f["shape"])
+                extra = []
+                if "default" in f:
+                    extra.append(f"default {json.dumps(f['default'], ensure_ascii=False)}")
+                if f.get("required"):
+                    extra.append("required")
+                pad = "    " if schema["record_type"] != "example" else "  "
+                lines.append(f"{pad}{f['name']:<{width}}  {f['type']:<6}  {shape:<7}  {', '.join(extra)}".rstrip())
+        return lines
+    lines.append(f"schema (inferred from the first {schema['sampled']} records): {schema['record_type']}"
+                 + (f"; {schema['undecodable']} records are not Examples" if schema.get("undecodable") else ""))
+    for title in ("features", "feature_lists"):
+        feats = schema.get(title)
+        if feats is None:
+            continue
+        pad = "  "
+        if schema["record_type"] != "example":
+            lines.append(f"  {'context' if title == 'features' else 'feature_lists'}:")
+            pad = "    "
+        width = max([len(f["name"]) for f in feats] or [4])
+        for f in feats:
+            kinds = ",".join(f["kinds"])
+            lo, hi = f["values"]
+            values = f"{lo}" if lo == hi else f"{lo}..{hi}"
+            steps = ""
+            if "steps" in f:
+                a, b = f["steps"]
+                steps = f"  steps {a if a == b else f'{a}..{b}'}"
+            guess = f["type"] or "?"
+            if f["shape"] is not None:
+                guess += f" {f['shape']}"
+            lines.append(f"{pad}{f['name']:<{width}}  {kinds:<11}  in {f['present']}/{f['records']} records"
+                         f"{steps}  values {values}  ~ {guess}")
+        if not feats:
+            lines.append(f"{pad}(none)")
+    return lines
+
+
+def render_text(info: dict) -> str:
+    lines = [f"source:      {info['source']}"]
+    if "manifest" in info:
+        m = info["manifest"]
+        lines.append(f"manifest:    yes ({m.get('engine')}, {m.get('created')}); "
+                     f"_SUCCESS {'present' if m.get('success') else 'MISSING'}")
+    lines.append(f"record type: {info.get('record_type') or 'unknown'}"
+                 f" (from the {'records' if info.get('record_type_from') == 'records' else info.get('record_type_from')})")
+    lines.append(f"records:     {info['records']} "
+                 f"({'from the manifest' if info['records_from'] == 'manifest' else 'counted'})")
+    lines.append(f"files:       {len(info['files'])}")
+    width = max(len(f["path"]) for f in info["files"])
+    for f in info["files"]:
+        size = "MISSING" if f["bytes"] is None else f"{f['bytes']} bytes"
+        records = f"{f['records']} records" if "records" in f else ""
+        lines.append(f"  {f['path']:<{width}}  {f['compression']:<5}  {records:>15}  {size}")
+    lines.append("")
+    lines += _schema_text(info["schema"])
+    if info["head"]:
+        lines.append("")
+        lines.append(f"first {len(info['head'])} records:")
+        for i, r in enumerate(info["head"]):
+            lines.append(f"[{i}] {r['file']} @ offset {r['offset']}")
+            if "error" in r:
+                lines.append(f"    not an Example: {r['error']}")
+                b64 = r["base64"]
+                lines.append(f"    base64: {b64[:96]}{'...' if len(b64) > 96 else ''}")
+            elif "features" in r:
+                lines += _features_text(r["features"], "    ")
+            else:
+                lines.append("    context:")
+                lines += _features_text(r["context"], "      ")
+                lines.append("    feature_lists:")
+                if not r["feature_lists"]:
+                    lines.append("      (none)")
+                width = max([len(n) for n in r["feature_lists"]] or [0])
+                for name, steps in r["feature_lists"].items():
+                    lines.append(f"      {name:<{width}}  {len(steps)} steps")
+                    for j, step in enumerate(steps[:_MAX_SHOWN]):
+                        lines.append(f"        [{j}] {_values_text(step)}")
+                    if len(steps) > _MAX_SHOWN:
+                        lines.append(f"        ... ({len(steps)} steps)")
+    return "\n".join(lines) + "\n"
+
+
+# -- command line ----------------------------------------------------------------------------
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="SOURCE",
+                        help="an output directory, any directory of TFRecord files, a glob, or one file; "
+                             "local path, file:// or hdfs://")
+    parser.add_argument("--compression", choices=("auto", "none", "gzip", "zlib"), default="auto",
+                        help="compression of files without a manifest (default: from the extension, "
+                             "else sniffed from the first bytes)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "Records are shown as JSON: a feature is {\"int64_list\": [...]}, {\"float_list\": [...]},\n"
+        "{\"bytes_list\": [...]} or {} (no kind set); bytes are a string when valid UTF-8, else\n"
+        "{\"base64\": \"...\"}; NaN and infinities are the strings \"NaN\", \"Infinity\", \"-Infinity\".")
+    add_source_arguments(parser)
+    parser.add_argument("--head", type=int, default=DEFAULT_HEAD, metavar="N",
+                        help=f"records to show (default {DEFAULT_HEAD})")
+    parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, metavar="N",
+                        help=f"records to infer the schema from when there is no manifest (default {DEFAULT_SAMPLE})")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes for counting records without a manifest (default: one per file, "
+                             "at most the CPU count; one for sources under 32 MB)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.head < 0 or args.sample < 0:
+        print("tfrecord-io inspect: error: --head and --sample must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        source = resolve_source(args.source, compression=args.compression)
+        info = inspect_source(source, head=args.head, sample=args.sample, workers=args.workers)
+    except (OSError, ValueError, TypeError) as e:  # CorruptRecordError is a ValueError
+        print(f"tfrecord-io inspect: error: {e}", file=sys.stderr)
+        from tfrecord_io.core.framing import CorruptRecordError
+
+        return 1 if isinstance(e, CorruptRecordError) else 2  # read and failed / cannot read the source
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_text(info))
+    return 0

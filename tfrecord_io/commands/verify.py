@@ -1,0 +1,369 @@
+"""``tfrecord-io verify``: is a TFRecord source intact and true to its manifest and schema?
+
+Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
+
+* framing: both CRCs of every record, and that no file ends inside a record.  After a
+  framing error the rest of that file cannot be trusted (a bad length says nothing about
+  where the next record starts), so the first framing problem of a file is reported and
+  its remaining records are not read;
+* the manifest (directories written by our converters): every listed file exists and has
+  the listed size and record count, the totals add up (``records`` is the sum over files;
+  ``input_rows`` = converted rows + ``rejected``), the listed rejects files hold the listed
+  number of lines, ``_SUCCESS`` is there, and no record file or ``_temporary`` is beside
+  the manifest that it does not list;
+* the schema (the manifest's, or ``--schema FILE.yaml``): every record decodes as the
+  schema's record type; each schema feature that is present has the schema's kind
+  (``int64_list`` / ``float_list`` / ``bytes_list``), exactly one value (scalars) or
+  exactly k values (shape ``[k]``), valid UTF-8 for ``string`` features; ``required``
+  features are present; sequence features check each step the same way.  Features the
+  schema does not name are allowed (see docs/wire-contract.md).  Without a manifest or
+  ``--schema`` only the framing is checked.
+
+Also reported, as warnings that do not fail the run: records missing a scalar or ``[k]``
+feature that has no default (the schema's parse spec cannot parse them).
+
+Exit status (every command's contract, see :mod:`tfrecord_io.commands.convert`): 0 when every check
+holds, 3 when there are problems (the first one is named with its file and byte offset, and the
+total is counted), 2 when the source cannot be read at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from tfrecord_io.storage import fs
+from tfrecord_io.core.decode import RecordDecodeError, decode_record
+from tfrecord_io.core.framing import CorruptRecordError
+from tfrecord_io.commands.inspect import (
+    Source, SourceFile, add_source_arguments, iter_file_records, map_files, resolve_source,
+)
+from tfrecord_io.storage.output import MANIFEST, SUCCESS, TEMPORARY
+
+__all__ = ["Problem", "VerifyResult", "check_record", "verify_source", "configure", "run"]
+
+DEFAULT_MAX_LISTED = 20
+_KEPT_PER_FILE = 100  # problems kept (with offsets) per file; all are counted
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One failed check: ``file`` (relative name; None for the source as a whole), ``offset``
+    (byte offset of the record in the uncompressed stream; None for file-level checks)."""
+
+    check: str  # "framing" | "manifest" | "schema"
+    message: str
+    file: str | None = None
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file + (f" at byte offset {self.offset}" if self.offset is not None else "") + ": "
+        return f"{where}{self.message}"
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "file": self.file, "offset": self.offset, "message": self.message}
+
+
+@dataclass
+class FileCheck:
+    """What one worker found in one file."""
+
+    records: int = 0
+    framing_ok: bool = True
+    problems: list[Problem] = field(default_factory=list)  # the first _KEPT_PER_FILE
+    problem_count: int = 0
+    by_check: Counter = field(default_factory=Counter)
+    by_reason: Counter = field(default_factory=Counter)
+    warnings: Counter = field(default_factory=Counter)
+
+    def add(self, problem: Problem, reason: str) -> None:
+        self.problem_count += 1
+        self.by_check[problem.check] += 1
+        self.by_reason[reason] += 1
+        if len(self.problems) < _KEPT_PER_FILE or problem.check == "framing":  # the last one a file has
+            self.problems.append(problem)
+
+
+@dataclass
+class VerifyResult:
+    source: str
+    files: int
+    records: int
+    bytes: int
+    schema_from: str | None
+    problems: list[Problem]       # the listed ones, in order (first = first problem)
+    problem_count: int
+    by_check: Counter
+    by_reason: Counter
+    warnings: Counter
+    checked: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "ok": self.ok, "files": self.files, "records": self.records,
+                "bytes": self.bytes, "schema_from": self.schema_from, "checked": self.checked,
+                "problem_count": self.problem_count, "by_check": dict(self.by_check),
+                "by_reason": dict(self.by_reason.most_common()),
+                "first_problem": self.problems[0].as_dict() if self.problems else None,
+                "problems": [p.as_dict() for p in self.problems], "warnings": dict(self.warnings)}
+
+
+# ---------------------------------------------------------------------------------------
+# Records against the schema
+# ---------------------------------------------------------------------------------------
+def _check_values(f, feature: tuple, where: str, step: str = "") -> tuple[str, str] | None:
+    """(reason, message) when a present feature breaks the schema: the reason names the
+    feature and the rule, the message adds what this record holds."""
+    kind, values = feature
+    if kind != f.kind:
+        reason = f"{where}: expected {f.kind} ({f.type})"
+        return reason, f"{where}{step}: expected {f.kind} ({f.type}), got {kind or 'a feature with no kind set'}"
+    k = f.fixed_length if f.is_list else 1
+    if k is not None and len(values) != k:
+        reason = f"{where}: expected {k} value{'s' if k != 1 else ''} ({'shape [%d]' % k if f.is_list else 'scalar'})"
+        return reason, f"{reason.replace(where, where + step, 1)}, got {len(values)}"
+    if f.type == "string":
+        for i, v in enumerate(values):
+            try:
+                v.decode("utf-8")
+            except UnicodeDecodeError:
+                reason = f"{where}: a value that is not valid UTF-8 (type string)"
+                return reason, f"{where}{step}: value {i} is not valid UTF-8 (type string): {v[:40]!r}"
+    return None
+
+
+def check_record(record, schema) -> tuple[list[tuple[str, str]], list[str]]:
+    """Problems of one decoded record against a schema, and warnings.
+
+    Returns ``([(reason, message), ...], [warning, ...])``: ``reason`` names the feature and
+    the rule (for counting problems by kind), ``message`` adds what this record holds.
+    """
+    problems: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    sequence = schema.record_type == "sequence_example"
+    if record.is_sequence and not sequence:
+        return [("a SequenceExample in an example source",
+                 "a SequenceExample (it has feature_lists) where the schema says example")], []
+    label = "context feature" if sequence else "feature"
+    for f in (schema.context if sequence else schema.features):
+        feature = record.features.get(f.name)
+        where = f"{label} {f.name!r}"
+        if feature is None:
+            if f.required:
+                problems.append((f"{where}: required, missing",) * 2)
+            elif f.default is None and not f.is_varlen:
+                warnings.append(f"{where}: missing and has no default (parsing fails)")
+            continue
+        found = _check_values(f, feature, where)
+        if found is not None:
+            problems.append(found)
+    if sequence:
+        lists = record.feature_lists or {}
+        for f in schema.sequence:
+            where = f"sequence feature {f.name!r}"
+            steps = lists.get(f.name)
+            if steps is None:
+                if f.required:
+                    problems.append((f"{where}: required, missing",) * 2)
+                continue
+            for j, step in enumerate(steps):
+                found = _check_values(f, step, where, f", step {j}")
+                if found is not None:
+                    problems.append(found)
+                    break  # one problem per feature and record
+    return problems, warnings
+
+
+# ---------------------------------------------------------------------------------------
+# Per file (runs in worker processes)
+# ---------------------------------------------------------------------------------------
+def _verify_file(file: SourceFile, schema, report) -> FileCheck:
+    out = FileCheck()
+    try:
+        for offset, data in iter_file_records(file, verify=True, report=report):
+            out.records += 1
+            if schema is None:
+                continue
+            try:
+                record = decode_record(data)
+            except RecordDecodeError as e:
+                out.add(Problem("schema", str(e), file.name, offset), "not a valid Example/SequenceExample")
+                continue
+            problems, warnings = check_record(record, schema)
+            for reason, message in problems:
+                out.add(Problem("schema", message, file.name, offset), reason)
+            for w in warnings:
+                out.warnings[w] += 1
+    except CorruptRecordError as e:
+        out.framing_ok = False
+        out.add(Problem("framing", f"{e.check}: {e.detail}", file.name, e.offset), f"framing: {e.check}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The source
+# ---------------------------------------------------------------------------------------
+def _count_lines(uri: str) -> int:
+    n = 0
+    last = b"\n"
+    with fs.open(uri, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def _manifest_problems(source: Source) -> list[Problem]:
+    m = source.manifest
+    out: list[Problem] = []
+    if m is None:
+        return out
+    if not source.success:
+        out.append(Problem("manifest", f"{SUCCESS} is missing: the output was never committed", SUCCESS))
+    for name in source.extra_entries:
+        out.append(Problem("manifest", f"a file beside {MANIFEST} that it does not list", name))
+    if fs.exists(fs.join(source.uri, TEMPORARY)):
+        out.append(Problem("manifest", "left behind by a job (a committed output has none)", TEMPORARY))
+    totals = m.get("totals") or {}
+    listed = sum(f.manifest_records or 0 for f in source.files)
+    if "records" in totals and totals["records"] != listed:
+        out.append(Problem("manifest", f"totals.records is {totals['records']}, the files entries add up to {listed}",
+                           MANIFEST))
+    if {"input_rows", "rejected"} <= set(totals):
+        converted = totals.get("rows_in_records", totals.get("records", listed))
+        if totals["input_rows"] != converted + totals["rejected"]:
+            out.append(Problem("manifest", f"totals do not reconcile: input_rows {totals['input_rows']} != "
+                                           f"{converted} converted + {totals['rejected']} rejected", MANIFEST))
+    for entry in m.get("rejects") or []:
+        path, rows = entry.get("path"), entry.get("rows")
+        uri = fs.join(source.uri, str(path))
+        try:
+            lines = _count_lines(uri)
+        except FileNotFoundError:
+            out.append(Problem("manifest", "listed in the manifest's rejects, missing", str(path)))
+            continue
+        if rows is not None and lines != rows:
+            out.append(Problem("manifest", f"the manifest says {rows} reject rows, the file has {lines} lines",
+                               str(path)))
+    return out
+
+
+def verify_source(source: Source, *, workers: int | None = None, progress: bool | None = None,
+                  max_listed: int = DEFAULT_MAX_LISTED) -> VerifyResult:
+    """Run every check on a resolved source (see the module doc)."""
+    present = [f for f in source.files if f.size is not None]
+    checks = map_files(_verify_file, present, context=source.schema, workers=workers,
+                       label="verifying", progress=progress) if present else []
+    by_file = dict(zip((f.uri for f in present), checks))
+
+    problems: list[Problem] = []
+    count = 0
+    by_check: Counter = Counter()
+    by_reason: Counter = Counter()
+    warnings: Counter = Counter()
+    records = 0
+
+    def add(p: Problem, reason: str) -> None:
+        nonlocal count
+        count += 1
+        by_check[p.check] += 1
+        by_reason[reason] += 1
+        problems.append(p)
+
+    for f in source.files:
+        if f.size is None:
+            add(Problem("manifest", "listed in the manifest, missing", f.name), "file missing")
+            continue
+        fc = by_file[f.uri]
+        records += fc.records
+        warnings.update(fc.warnings)
+        problems.extend(fc.problems)
+        count += fc.problem_count
+        by_check.update(fc.by_check)
+        by_reason.update(fc.by_reason)
+        if f.manifest_bytes is not None and f.size != f.manifest_bytes:
+            add(Problem("manifest", f"the manifest says {f.manifest_bytes} bytes, the file has {f.size}", f.name),
+                "file size differs from the manifest")
+        if f.manifest_records is not None and fc.framing_ok and fc.records != f.manifest_records:
+            add(Problem("manifest", f"the manifest says {f.manifest_records} records, the file has {fc.records}",
+                        f.name), "record count differs from the manifest")
+    for p in _manifest_problems(source):
+        add(p, p.message if p.file != MANIFEST else "totals")
+    checked = ["framing"]
+    if source.manifest is not None:
+        checked.append("manifest")
+    if source.schema is not None:
+        checked.append("schema")
+    return VerifyResult(source=source.uri, files=len(source.files), records=records,
+                        bytes=sum(f.size or 0 for f in source.files), schema_from=source.schema_from,
+                        problems=problems[:max_listed], problem_count=count, by_check=by_check,
+                        by_reason=by_reason, warnings=warnings, checked=checked)
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+def render_text(r: VerifyResult) -> str:
+    def state(check: str) -> str:
+        n = r.by_check.get(check, 0)
+        return "ok" if not n else f"{n} problem{'s' if n != 1 else ''}"
+
+    lines = [f"verify {r.source}",
+             f"  files:    {r.files} ({r.bytes} bytes), {r.records} records read",
+             f"  CRCs:     {state('framing')}"]
+    if "manifest" in r.checked:
+        lines.append(f"  manifest: {state('manifest')}")
+    else:
+        lines.append("  manifest: none (not an output directory of ours)")
+    if "schema" in r.checked:
+        what = "the manifest's" if r.schema_from == "manifest" else "the --schema"
+        lines.append(f"  schema:   {state('schema')} (records checked against {what} schema)")
+    else:
+        lines.append("  schema:   not checked (no manifest; pass --schema FILE.yaml to check records)")
+    for w, n in sorted(r.warnings.items()):
+        lines.append(f"  warning:  {n} record{'s' if n != 1 else ''}: {w}")
+    if r.ok:
+        lines.append("OK: all checks hold")
+        return "\n".join(lines) + "\n"
+    lines.append(f"FAILED: {r.problem_count} problem{'s' if r.problem_count != 1 else ''}; "
+                 f"the first: {r.problems[0]}")
+    if len(r.by_reason) > 1:
+        lines.append("by kind:")
+        lines += [f"  {n:>8}  {reason}" for reason, n in r.by_reason.most_common()]
+    shown = f" (the first {len(r.problems)})" if r.problem_count > len(r.problems) else ""
+    lines.append(f"problems{shown}:")
+    lines += [f"  {p}" for p in r.problems]
+    return "\n".join(lines) + "\n"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    parser.add_argument("--schema", metavar="FILE.yaml", default=None,
+                        help="check records against this schema (default: the manifest's; "
+                             "without either only the framing is checked)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes (default: one per file, at most the CPU count; one for sources under 32 MB)")
+    parser.add_argument("--max-problems", type=int, default=DEFAULT_MAX_LISTED, metavar="N",
+                        help=f"problems to list (all are counted; default {DEFAULT_MAX_LISTED})")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        source = resolve_source(args.source, compression=args.compression, schema_uri=args.schema)
+        result = verify_source(source, workers=args.workers, max_listed=max(1, args.max_problems))
+    except (OSError, ValueError, TypeError) as e:
+        print(f"tfrecord-io verify: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(render_text(result))
+    return 0 if result.ok else 3  # problems found (the CLI contract: tfrecord_io.commands.convert)

@@ -1,0 +1,228 @@
+"""The options of one conversion, once, for every engine and entry point.
+
+:class:`ConversionOptions` is what ``spark-submit jobs/to_tfrecord.py``, ``python -m
+tfrecord_io.engines.beam`` (and ``pipelines/to_tfrecord.py``), ``tfrecord-io convert`` and the library
+calls (:func:`tfrecord_io.engines.spark.run_conversion`, :func:`tfrecord_io.engines.beam.run_conversion`) all
+take; :func:`add_arguments` defines its command-line flags and :func:`from_args` reads them
+back.  Validation happens once, in the dataclass, before any engine starts.
+
+This module imports no engine and no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import dataclass
+
+from tfrecord_io.storage.output import DEFAULT_MAX_REJECT_FRACTION
+from tfrecord_io.core.schema import Schema, SchemaError
+
+__all__ = ["ConversionError", "ConversionOptions", "DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_SHARD",
+           "DEFAULT_MAX_REJECT_FRACTION", "DEFAULT_MAX_STEPS", "FORMATS", "MAX_AUTO_SHARDS", "add_arguments",
+           "default_num_shards", "from_args"]
+
+FORMATS = ("csv", "json", "parquet", "orc", "table")
+TEXT_FORMATS = ("csv", "json")  # what every engine parses; the others are read by Spark (the job only)
+COMPRESSIONS = ("none", "gzip", "zlib")
+DEFAULT_MAX_STEPS = 10_000
+DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
+DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+MAX_AUTO_SHARDS = 1000
+
+
+class ConversionError(RuntimeError):
+    """The conversion started and failed (a task, a worker, the commit): exit status 1."""
+
+
+def default_num_shards(input_bytes: int, bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD) -> int:
+    """Shards when ``num_shards`` is not given: one per ``bytes_per_shard`` of input, from 1 to
+    :data:`MAX_AUTO_SHARDS`."""
+    return max(1, min(MAX_AUTO_SHARDS, math.ceil(input_bytes / bytes_per_shard)))
+
+
+def _absolute(uri: str) -> str:
+    """Local paths made absolute (executors and workers do not share the driver's directory)."""
+    if "://" in uri or uri.startswith("file:"):
+        return uri
+    return os.path.abspath(uri)
+
+
+def _positive_int(value, flag: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ConversionOptions:
+    """What to convert and how.  Defaults are the documented defaults of every entry point.
+
+    inputs: input URIs (local paths, ``file://``, ``hdfs://``; files, directories or globs); a
+        string may hold several separated by commas.
+    input_format: ``"csv"`` or ``"json"`` (JSON Lines; whole-file JSON with ``multiline``); for the
+        Spark job also ``"parquet"``, ``"orc"`` (files) and ``"table"`` (``inputs`` names a table
+        or view of Spark's catalog), read by Spark and checked against the schema by column.
+    schema: path or URI of the YAML schema, or a :class:`~tfrecord_io.core.schema.Schema`.
+    output: output directory URI.
+    record_type: ``"example"`` / ``"sequence_example"``; None (default) takes the schema's.
+        When given it must match the schema's ``record_type``.
+    compression: ``"none"`` (default), ``"gzip"`` or ``"zlib"``.
+    num_shards: number of TFRecord files; None (default): :func:`default_num_shards` of the
+        input size (one per ``bytes_per_shard``, at most 1000).  0 is an error.
+    overwrite: replace an existing output that a conversion wrote (default False: refuse).
+    max_reject_fraction: most rejected/input rows tolerated (default 0.01 = 1%).
+    multiline: records may span lines: multi-line JSON documents, or CSV with line breaks in
+        quoted fields (default False; each file is then read by one task).
+    max_steps: longest SequenceExample; longer groups are split (default 10,000).
+    allow_missing_columns: a feature may be absent from an input (null there) -- for every
+        feature, as ``allow_missing: true`` does for one (default False: an error).
+    ignore_extra_columns: input columns that no feature reads are dropped (default False: an
+        error naming them; ``ignore_columns:`` in the schema names some).
+    record_order: ``"shuffled"`` (default): records are written to each shard in a random (but
+        deterministic) order, so that a loader shuffling within a window still mixes date-sorted
+        input; ``"input"``: in input order (a little faster; sorted input gives sorted batches).
+    split: ``"train=8,eval=1,test=1"``: write each split to ``<output>/<name>/`` by TFX's hash
+        buckets (:mod:`tfrecord_io.conversion.splits`); None (default): one output.
+    split_by: with ``split``, the feature whose value decides the split (TFX's
+        ``partition_feature_name``); None (default): the whole record.
+    bytes_per_shard: input bytes per shard when ``num_shards`` is None (default 128 MiB).
+    block_size: bytes parsed at a time per file (default 4 MiB; a CSV record must fit in one).
+    """
+
+    inputs: tuple[str, ...]
+    input_format: str
+    schema: str | Schema
+    output: str
+    record_type: str | None = None
+    compression: str = "none"
+    num_shards: int | None = None
+    overwrite: bool = False
+    max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION
+    multiline: bool = False
+    max_steps: int = DEFAULT_MAX_STEPS
+    allow_missing_columns: bool = False
+    ignore_extra_columns: bool = False
+    record_order: str = "shuffled"
+    split: str | None = None
+    split_by: str | None = None
+    bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    def __post_init__(self) -> None:
+        from tfrecord_io.core.framing import normalize_compression
+
+        raw = (self.inputs,) if isinstance(self.inputs, str) else tuple(self.inputs)
+        where = (lambda p: p) if self.input_format == "table" else _absolute  # a table name is no path
+        inputs = tuple(where(p.strip()) for item in raw for p in str(item).split(",") if p.strip())
+        if not inputs:
+            raise ValueError("no input given (--input URI[,URI...])")
+        object.__setattr__(self, "inputs", inputs)
+        if self.input_format not in FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {self.input_format!r}")
+        if not isinstance(self.schema, Schema) and not str(self.schema or "").strip():
+            raise ValueError("no schema given (--schema PATH_OR_URI)")
+        if not self.output or not str(self.output).strip():
+            raise ValueError("no output given (--output URI)")
+        object.__setattr__(self, "output", _absolute(str(self.output).strip().rstrip("/") or "/"))
+        if self.record_type is not None and self.record_type not in ("example", "sequence_example"):
+            raise ValueError(f"--record-type must be example or sequence_example, got {self.record_type!r}")
+        object.__setattr__(self, "compression", normalize_compression(self.compression))
+        if self.num_shards is not None:
+            _positive_int(self.num_shards, "--num-shards")
+        f = self.max_reject_fraction
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f <= 1.0:
+            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {f!r}")
+        _positive_int(self.max_steps, "--max-steps")
+        _positive_int(self.bytes_per_shard, "bytes_per_shard")
+        if not isinstance(self.block_size, int) or self.block_size < 1024:
+            raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size!r}")
+        if self.record_order not in ("shuffled", "input"):
+            raise ValueError(f"--record-order must be shuffled or input, got {self.record_order!r}")
+        if self.split is not None:
+            from tfrecord_io.conversion.splits import Splits
+
+            Splits.parse(self.split)  # the syntax now; the feature against the schema in splits()
+        elif self.split_by is not None:
+            raise ValueError("--split-by needs --split NAME=BUCKETS,...")
+
+    def splits(self, schema: Schema):
+        """The :class:`~tfrecord_io.conversion.splits.Splits` of ``split``/``split_by`` (None without them)."""
+        if self.split is None:
+            return None
+        from tfrecord_io.conversion.splits import Splits
+
+        return Splits.parse(self.split, self.split_by, schema)
+
+    @property
+    def schema_name(self) -> str:
+        return "the schema" if isinstance(self.schema, Schema) else f"the schema {self.schema}"
+
+    def load_schema(self) -> Schema:
+        """The schema (loaded if a path), checked against ``record_type``: SchemaError if not."""
+        if isinstance(self.schema, Schema):
+            schema = self.schema
+        else:
+            try:
+                schema = Schema.load(self.schema)
+            except FileNotFoundError as e:
+                raise SchemaError(f"schema file {self.schema} does not exist") from e
+        if self.record_type is not None and self.record_type != schema.record_type:
+            raise SchemaError(f"--record-type {self.record_type} does not match {self.schema_name}, whose "
+                              f"record_type is {schema.record_type}")
+        return schema
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The conversion's flags, for every command line that runs one."""
+    parser.add_argument("--input", required=True, metavar="URI[,URI...]",
+                        help="input files, directories or globs: local paths, file:// or hdfs://")
+    parser.add_argument("--format", required=True, choices=FORMATS, dest="input_format",
+                        help="csv, or json (JSON Lines; whole-file JSON with --multiline); Spark only: parquet, "
+                             "orc, or table (--input names a table or view of Spark's catalog)")
+    parser.add_argument("--schema", required=True, metavar="PATH_OR_URI", help="the YAML schema")
+    parser.add_argument("--output", required=True, metavar="URI", help="output directory")
+    parser.add_argument("--record-type", choices=("example", "sequence_example"), default=None,
+                        help="must match the schema's record_type (default: the schema's)")
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="none",
+                        help="TFRecord compression (default: none)")
+    parser.add_argument("--num-shards", type=int, default=None, metavar="N",
+                        help="number of output files (default: one per 128 MiB of input, 1 to 1000)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing output that a previous conversion wrote")
+    parser.add_argument("--max-reject-fraction", type=float, default=DEFAULT_MAX_REJECT_FRACTION, metavar="F",
+                        help=f"fail (nothing committed) when rejected/input rows exceeds F "
+                             f"(default: {DEFAULT_MAX_REJECT_FRACTION}, i.e. 1%%)")
+    parser.add_argument("--multiline", action="store_true",
+                        help="records may span lines: whole-file JSON documents, or CSV with line breaks "
+                             "inside quoted fields (each file is then read by one task)")
+    parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, metavar="N",
+                        help=f"sequence_example: split groups longer than N rows into consecutive records "
+                             f"(default: {DEFAULT_MAX_STEPS})")
+    parser.add_argument("--allow-missing-columns", action="store_true",
+                        help="features that an input lacks are null there (default: an error naming them)")
+    parser.add_argument("--ignore-extra-columns", action="store_true",
+                        help="drop input columns that no feature reads (default: an error naming them)")
+    parser.add_argument("--record-order", choices=("shuffled", "input"), default="shuffled",
+                        help="order of records within a shard: shuffled (default: sorted input still trains "
+                             "on mixed batches) or input (a little faster)")
+    parser.add_argument("--split", default=None, metavar="NAME=BUCKETS,...",
+                        help="write splits the TFX way, e.g. train=8,eval=1,test=1: <output>/train/, ... "
+                             "(by the record's hash, or --split-by's feature)")
+    parser.add_argument("--split-by", default=None, metavar="FEATURE",
+                        help="with --split: the int64/string/bytes feature that decides the split "
+                             "(TFX's partition_feature_name)")
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="BYTES",
+                        help="bytes parsed at a time per file (a CSV record must fit in one block)")
+
+
+def from_args(args: argparse.Namespace) -> ConversionOptions:
+    """The options parsed by :func:`add_arguments` (ValueError for a bad value)."""
+    return ConversionOptions(
+        inputs=args.input, input_format=args.input_format, schema=args.schema, output=args.output,
+        record_type=args.record_type, compression=args.compression, num_shards=args.num_shards,
+        overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
+        max_steps=args.max_steps, allow_missing_columns=args.allow_missing_columns,
+        ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, split=args.split,
+        split_by=args.split_by,
+        block_size=args.block_size)

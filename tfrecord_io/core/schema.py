@@ -1,0 +1,462 @@
+"""One schema drives everything: parsing input, encoding records, and the loader's parse spec.
+
+A schema is YAML (see ``conf/*.yaml`` and ``docs/wire-contract.md``)::
+
+    record_type: example              # example | sequence_example
+    features:                         # example records; for CSV without a header, the column order
+      - {name: fare, type: float, default: 0.0}
+      - {name: tags, type: string, shape: [-1], separator: "|"}
+    label: tips
+    csv: {header: true, delimiter: ",", null_values: [""]}
+
+Sequence-example schemas name ``group_by`` (rows with the same key form one
+record), ``order_by`` (step order) and use ``context:`` / ``sequence:`` lists
+instead of ``features:``.
+
+This module is pure Python: Arrow, Spark and TensorFlow types are derived on
+request, each importing its engine only inside the method that needs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import reprlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+TYPES = ("int64", "float", "bytes", "string")
+RECORD_TYPES = ("example", "sequence_example")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class SchemaError(ValueError):
+    """A schema file or dict that does not describe a valid schema."""
+
+
+MAX_SCHEMA_BYTES = 1 << 20  # a schema is a few KiB; anything this big is not one
+MAX_YAML_ALIASES = 100
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 3, 6, 6
+
+
+def _show(value: Any) -> str:
+    """A value in an error message: bounded in size whatever the value (a YAML alias bomb's 10^9
+    leaves included), so that reporting a bad schema never costs more than reading it."""
+    return _REPR.repr(value)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses more than :data:`MAX_YAML_ALIASES` aliases: "billion laughs"
+    documents expand a few hundred bytes into 10^9 nodes through nested aliases."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} YAML aliases (*name): not a schema "
+                                     f"(an alias bomb?)")
+        return super().compose_node(parent, index)
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How CSV input is read.
+
+    header: the first line of each file names the columns (matched to features by name).
+        Without a header, columns are taken in the schema's feature order.
+    delimiter: one character between fields.
+    quote: the quote character; a quoted field may hold delimiters, quotes (doubled) and newlines.
+    null_values: cell texts read as null (missing).
+    """
+
+    header: bool = True
+    delimiter: str = ","
+    quote: str = '"'
+    null_values: tuple[str, ...] = ("",)
+
+    def __post_init__(self) -> None:
+        if len(self.delimiter) != 1:
+            raise SchemaError(f"csv.delimiter must be one character, got {_show(self.delimiter)}")
+        if len(self.quote) != 1:
+            raise SchemaError(f"csv.quote must be one character, got {_show(self.quote)}")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One named, typed column of input and one feature of the output records.
+
+    type: ``int64`` | ``float`` (float32 on the wire) | ``bytes`` | ``string`` (bytes holding UTF-8).
+    shape: ``None`` for a scalar, ``(-1,)`` for a variable-length list, ``(k,)`` for exactly k values.
+    default: what the loader fills in when the feature is missing (scalar, or list for ``(k,)``).
+    required: a null or missing value makes the input row a reject.
+    separator: CSV only; how one cell holds a list (``"a|b|c"``).
+    allow_missing: input files may lack this column altogether (schema evolution: older files
+        written before it existed); it is then null in their rows.  Without it (the default) a
+        feature that an input file's header (or the JSON keys, or the DataFrame) does not
+        provide fails the conversion before it starts -- usually a misspelled name.
+    """
+
+    name: str
+    type: str
+    shape: tuple[int, ...] | None = None
+    default: Any = None
+    required: bool = False
+    separator: str | None = None
+    allow_missing: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"feature {_show(self.name)}"
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"feature name must be a non-empty string, got {_show(self.name)}")
+        if self.type not in TYPES:
+            raise SchemaError(f"{where}: unknown type {_show(self.type)}; expected one of {', '.join(TYPES)}")
+        if self.shape is not None:
+            shape = tuple(self.shape)
+            if len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool) \
+                    or (shape[0] != -1 and shape[0] < 1):
+                raise SchemaError(f"{where}: shape must be [-1] (variable-length list) or [k] with k >= 1, "
+                                  f"got {list(shape)!r}")
+            object.__setattr__(self, "shape", shape)
+        if self.separator is not None and (not self.is_list or not isinstance(self.separator, str)
+                                           or not self.separator):
+            raise SchemaError(f"{where}: separator is only for list features (shape [-1] or [k]), "
+                              f"and must be a non-empty string; got {_show(self.separator)}")
+        if not isinstance(self.required, bool):
+            raise SchemaError(f"{where}: required must be true or false, got {_show(self.required)}")
+        if not isinstance(self.allow_missing, bool):
+            raise SchemaError(f"{where}: allow_missing must be true or false, got {_show(self.allow_missing)}")
+        if self.default is not None:
+            object.__setattr__(self, "default", self._check_default(self.default))
+
+    # -- derived properties ------------------------------------------------------------
+    @property
+    def is_list(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def is_varlen(self) -> bool:
+        return self.shape == (-1,)
+
+    @property
+    def fixed_length(self) -> int | None:
+        """k for shape [k]; None for scalars and variable-length lists."""
+        return self.shape[0] if self.shape is not None and self.shape[0] > 0 else None
+
+    @property
+    def kind(self) -> str:
+        """The ``tf.train.Feature`` oneof this feature is written as."""
+        return {"int64": "int64_list", "float": "float_list"}.get(self.type, "bytes_list")
+
+    def _check_default(self, value: Any) -> Any:
+        where = f"feature {_show(self.name)}"
+        if self.is_varlen:
+            raise SchemaError(f"{where}: a variable-length list has no default (missing reads as an empty list)")
+        k = self.fixed_length
+        if k is not None:
+            values = value if isinstance(value, (list, tuple)) else [value] * k
+            if len(values) != k:
+                raise SchemaError(f"{where}: default must have {k} values, got {len(values)}")
+            return tuple(self._check_scalar_default(v) for v in values)
+        if isinstance(value, (list, tuple)):
+            raise SchemaError(f"{where}: default of a scalar feature must be a scalar, got {_show(value)}")
+        return self._check_scalar_default(value)
+
+    def _check_scalar_default(self, v: Any) -> Any:
+        where = f"feature {_show(self.name)}"
+        expected = {"int64": "an integer", "float": "a number", "bytes": "a string", "string": "a string"}
+        ok = {
+            "int64": isinstance(v, int) and not isinstance(v, bool) and INT64_MIN <= v <= INT64_MAX,
+            "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+            "bytes": isinstance(v, (str, bytes)),
+            "string": isinstance(v, str),
+        }[self.type]
+        if not ok:
+            raise SchemaError(f"{where}: default of type {self.type} must be {expected[self.type]}, "
+                              f"got {type(v).__name__} {_show(v)}")
+        if self.type == "float":
+            return float(v)
+        if self.type == "bytes" and isinstance(v, str):
+            return v.encode("utf-8")
+        return v
+
+    # -- engine types --------------------------------------------------------------------
+    def arrow_type(self):
+        """The Arrow type the encoder expects for this feature's column."""
+        import pyarrow as pa
+
+        scalar = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(), "string": pa.string()}[self.type]
+        return pa.list_(scalar) if self.is_list else scalar
+
+    def tf_dtype(self):
+        import tensorflow as tf
+
+        return {"int64": tf.int64, "float": tf.float32}.get(self.type, tf.string)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.shape is not None:
+            out["shape"] = list(self.shape)
+        if self.default is not None:
+            d = self.default
+            conv = (lambda x: x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else x)
+            out["default"] = [conv(x) for x in d] if isinstance(d, tuple) else conv(d)
+        if self.required:
+            out["required"] = True
+        if self.separator is not None:
+            out["separator"] = self.separator
+        if self.allow_missing:
+            out["allow_missing"] = True
+        return out
+
+
+_FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)}
+_CSV_KEYS = {f.name for f in dataclasses.fields(CsvOptions)}
+_TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence",
+             "ignore_columns"}
+
+
+def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
+    if not isinstance(items, list) or not items:
+        raise SchemaError(f"'{section}' must be a non-empty list of features")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise SchemaError(f"{section}[{i}] must be a mapping with name and type, got {_show(item)}")
+        unknown = set(item) - _FEATURE_KEYS
+        if unknown:
+            raise SchemaError(f"{section}[{i}] ({item.get('name')!r}): unknown key(s) {sorted(unknown)}; "
+                              f"allowed: {sorted(_FEATURE_KEYS)}")
+        missing = {"name", "type"} - set(item)
+        if missing:
+            raise SchemaError(f"{section}[{i}]: missing key(s) {sorted(missing)}")
+        kwargs = dict(item)
+        if kwargs.get("shape") is not None:
+            if not isinstance(kwargs["shape"], (list, tuple)):
+                raise SchemaError(f"{section}[{i}] ({_show(item['name'])}): shape must be a list like [-1] or [3]")
+            kwargs["shape"] = tuple(kwargs["shape"])
+        out.append(Feature(**kwargs))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A validated schema.  Build with :meth:`load`, :meth:`from_yaml` or :meth:`from_dict`.
+
+    For ``example`` records, ``features`` are the record's features in input column order.
+    For ``sequence_example`` records, ``context`` holds one value per group and ``sequence``
+    one value (or list) per step; ``group_by`` names a context feature and ``order_by`` a
+    sequence or context feature.
+    """
+
+    record_type: str = "example"
+    features: tuple[Feature, ...] = ()
+    label: str | None = None
+    csv: CsvOptions = field(default_factory=CsvOptions)
+    group_by: str | None = None
+    order_by: str | None = None
+    context: tuple[Feature, ...] = ()
+    sequence: tuple[Feature, ...] = ()
+    ignore_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key in ("record_type", "label", "group_by", "order_by"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                what = "example or sequence_example" if key == "record_type" else "a feature name (a string)"
+                raise SchemaError(f"{key} must be {what}, got {type(value).__name__} {_show(value)}")
+        if self.record_type not in RECORD_TYPES:
+            raise SchemaError(f"unknown record_type {_show(self.record_type)}; expected one of {', '.join(RECORD_TYPES)}")
+        if self.record_type == "example":
+            if not self.features:
+                raise SchemaError("an example schema needs a non-empty 'features' list")
+            if self.context or self.sequence or self.group_by or self.order_by:
+                raise SchemaError("context/sequence/group_by/order_by are for record_type: sequence_example")
+        else:
+            if self.features:
+                raise SchemaError("a sequence_example schema uses 'context' and 'sequence', not 'features'")
+            if not self.sequence:
+                raise SchemaError("a sequence_example schema needs a non-empty 'sequence' list")
+            if not self.group_by:
+                raise SchemaError("a sequence_example schema needs 'group_by'")
+            if self.group_by not in {f.name for f in self.context}:
+                raise SchemaError(f"group_by {_show(self.group_by)} names no context feature; "
+                                  f"context features: {[f.name for f in self.context]}")
+            if self.order_by is not None and self.order_by not in {f.name for f in self.input_features}:
+                raise SchemaError(f"order_by {_show(self.order_by)} names no feature; "
+                                  f"features: {[f.name for f in self.input_features]}")
+        seen: set[str] = set()
+        for f in self.input_features:
+            if f.name in seen:
+                raise SchemaError(f"duplicate feature name {_show(f.name)}")
+            seen.add(f.name)
+        if self.label is not None and self.label not in seen:
+            raise SchemaError(f"label {_show(self.label)} names no feature; features: {sorted(seen)}")
+        if isinstance(self.ignore_columns, str) or not all(isinstance(c, str) for c in self.ignore_columns):
+            raise SchemaError(f"ignore_columns must be a list of column names, got {_show(self.ignore_columns)}")
+        object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
+        both = sorted(seen & set(self.ignore_columns))
+        if both:
+            raise SchemaError(f"ignore_columns names feature(s) {both}: a column is either read or ignored")
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Schema":
+        if not isinstance(d, Mapping):
+            raise SchemaError(f"a schema must be a mapping at the top level, got {type(d).__name__}")
+        unknown = set(d) - _TOP_KEYS
+        if unknown:
+            raise SchemaError(f"unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+        csv = d.get("csv") or {}
+        if not isinstance(csv, Mapping):
+            raise SchemaError(f"'csv' must be a mapping, got {_show(csv)}")
+        bad = set(csv) - _CSV_KEYS
+        if bad:
+            raise SchemaError(f"unknown csv option(s) {sorted(bad)}; allowed: {sorted(_CSV_KEYS)}")
+        csv = dict(csv)
+        if "null_values" in csv:
+            nv = csv["null_values"]
+            if not isinstance(nv, list) or not all(isinstance(x, str) for x in nv):
+                raise SchemaError(f"csv.null_values must be a list of strings, got {_show(nv)}")
+            csv["null_values"] = tuple(nv)
+        record_type = d.get("record_type", "example")
+        ignore = d.get("ignore_columns") or []
+        if not isinstance(ignore, list):
+            raise SchemaError(f"ignore_columns must be a list of column names, got {_show(ignore)}")
+        kwargs: dict[str, Any] = dict(record_type=record_type, label=d.get("label"), csv=CsvOptions(**csv),
+                                      group_by=d.get("group_by"), order_by=d.get("order_by"),
+                                      ignore_columns=tuple(ignore))
+        if "features" in d:
+            kwargs["features"] = _features_from(d["features"], "features")
+        if "context" in d:
+            kwargs["context"] = _features_from(d["context"], "context")
+        if "sequence" in d:
+            kwargs["sequence"] = _features_from(d["sequence"], "sequence")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "<string>") -> "Schema":
+        if len(text) > MAX_SCHEMA_BYTES:
+            raise SchemaError(f"{source}: {len(text)} characters; a schema is at most {MAX_SCHEMA_BYTES} bytes")
+        try:
+            data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        except RecursionError as e:
+            raise SchemaError(f"{source}: nested too deeply to be a schema") from e
+        except yaml.YAMLError as e:
+            raise SchemaError(f"{source}: not valid YAML: {e}") from e
+        try:
+            return cls.from_dict(data)
+        except SchemaError as e:
+            raise SchemaError(f"{source}: {e}") from e
+
+    @classmethod
+    def load(cls, path_or_uri: str) -> "Schema":
+        """Read a YAML schema from a local path, ``file://`` or ``hdfs://`` URI."""
+        from tfrecord_io.storage import fs
+
+        with fs.open(str(path_or_uri), "rb") as f:
+            data = f.read(MAX_SCHEMA_BYTES + 1)
+        if len(data) > MAX_SCHEMA_BYTES:
+            raise SchemaError(f"{path_or_uri}: more than {MAX_SCHEMA_BYTES} bytes; a schema is a few KiB")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SchemaError(f"{path_or_uri}: not UTF-8 text ({e})") from e
+        return cls.from_yaml(text, source=str(path_or_uri))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"record_type": self.record_type}
+        if self.record_type == "example":
+            out["features"] = [f.to_dict() for f in self.features]
+        else:
+            out["group_by"] = self.group_by
+            if self.order_by:
+                out["order_by"] = self.order_by
+            if self.context:
+                out["context"] = [f.to_dict() for f in self.context]
+            out["sequence"] = [f.to_dict() for f in self.sequence]
+        if self.label:
+            out["label"] = self.label
+        if self.ignore_columns:
+            out["ignore_columns"] = list(self.ignore_columns)
+        csv = dataclasses.asdict(self.csv)
+        csv["null_values"] = list(csv["null_values"])
+        out["csv"] = csv
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    # -- views ------------------------------------------------------------------------
+    @property
+    def input_features(self) -> tuple[Feature, ...]:
+        """Every input column, in input order (features, or context then sequence)."""
+        return self.features if self.record_type == "example" else self.context + self.sequence
+
+    def feature(self, name: str) -> Feature:
+        for f in self.input_features:
+            if f.name == name:
+                return f
+        raise KeyError(f"no feature named {_show(name)}; features: {[f.name for f in self.input_features]}")
+
+    # -- derived engine schemas -----------------------------------------------------------
+    def arrow_schema(self):
+        """Arrow schema of the *input rows* the encoder accepts (one row per input line)."""
+        import pyarrow as pa
+
+        return pa.schema([pa.field(f.name, f.arrow_type(), nullable=not f.required)
+                          for f in self.input_features])
+
+    def spark_schema(self, input_format: str = "json"):
+        """The ``StructType`` Spark reads CSV or JSON input with (no inference pass).
+
+        CSV cells are text, so a list feature read from CSV is a string column split on
+        its ``separator`` afterwards; JSON carries lists natively as arrays.
+        """
+        from pyspark.sql import types as T
+
+        scalar = {"int64": T.LongType(), "float": T.FloatType(), "bytes": T.BinaryType(), "string": T.StringType()}
+        if input_format == "csv":
+            scalar = dict(scalar, bytes=T.StringType())  # CSV cells are text; bytes columns hold their UTF-8
+        fields = []
+        for f in self.input_features:
+            if f.is_list:
+                dtype = T.StringType() if input_format == "csv" else T.ArrayType(scalar[f.type], True)
+            else:
+                dtype = scalar[f.type]
+            fields.append(T.StructField(f.name, dtype, True))
+        return T.StructType(fields)
+
+    def parse_spec(self):
+        """The ``tf.io.parse_example`` spec, or ``(context, sequence)`` specs for sequence examples.
+
+        Scalars are ``FixedLenFeature([])`` (with the schema default when given: a record
+        missing a scalar with no default fails to parse, naming the feature); ``[k]`` lists
+        are ``FixedLenFeature([k])``; ``[-1]`` lists are ``RaggedFeature``.  Sequence
+        features are ``FixedLenSequenceFeature`` (scalar/[k] steps) or ``RaggedFeature``.
+        """
+        import tensorflow as tf
+
+        def spec(f: Feature, in_sequence: bool = False):
+            dtype = f.tf_dtype()
+            if f.is_varlen:
+                return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+            shape = [] if f.shape is None else list(f.shape)
+            if in_sequence:
+                return tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing=True)
+            default = f.default
+            if isinstance(default, tuple):
+                default = list(default)
+            return tf.io.FixedLenFeature(shape, dtype, default_value=default)
+
+        if self.record_type == "example":
+            return {f.name: spec(f) for f in self.features}
+        return ({f.name: spec(f) for f in self.context},
+                {f.name: spec(f, in_sequence=True) for f in self.sequence})
+

@@ -1,0 +1,3 @@
+"""Engine adapters, each importing its engine lazily: spark (the spark-submit job),
+spark_datasource (df.write / spark.read .format("tfrecord")), beam (the Beam pipeline,
+``python -m tfrecord_io.engines.beam``) and tfdata (the tf.data loader)."""

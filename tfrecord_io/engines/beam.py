@@ -1,0 +1,875 @@
+"""The Beam pipeline: CSV / JSON Lines -> TFRecords of tf.train.Example or SequenceExample.
+
+Same contract as the Spark job (``tfrecord_io.storage.output``): the same schema, parser
+(:mod:`tfrecord_io.conversion.parsing`), encoder (:mod:`tfrecord_io.core.codec`) and output layout
+(``part-*``, ``_rejects/``, ``_manifest.json``, ``_SUCCESS`` last), the same reject threshold
+and the same refusal to overwrite.  Entry points: :func:`run_conversion` (library, with
+:class:`tfrecord_io.conversion.options.ConversionOptions`) and ``python -m tfrecord_io.engines.beam`` (command line;
+``pipelines/to_tfrecord.py`` is the same).
+
+Pipeline (Example records)::
+
+    Create(input files) -> ReadFile: parsing batches ----------------------> rejects
+                             | typed Arrow rows, sliced into num_shards pieces
+                             v
+                       GroupByKey(shard) -> WriteShard: encode_examples + write_shard
+                             -> {shard files} + {reject files} + {row counts} -> report
+
+SequenceExample records add a ``GroupByKey`` on the ``group_by`` value before encoding:
+``ReadFile`` emits each group's rows of a batch as one element keyed by the group (and each
+rejected row whose key is known, so that it can reject its group), and
+``BuildSequenceExamples`` builds the records, with the Spark job's rules:
+
+* steps are ordered by ``order_by`` (nulls first), ties by file, then line;
+* a group longer than ``--max-steps`` (default 10,000) is split into consecutive records of
+  at most that many steps, each carrying the context (the *huge-group policy*, as in Spark);
+* the context comes from a record's first step; a record whose steps disagree on a context
+  value is rejected whole, and so is a record with any rejected row among its steps (a
+  sequence is never written with a step missing); a row without a ``group_by`` key is
+  rejected on its own;
+* records are encoded in batches with ``encode_sequence_examples`` and all records of a group
+  go to one shard (a stable hash of the key), consecutively, for the same
+  ``GroupByKey(shard) -> WriteShard`` tail.
+
+Memory: Beam's Python SDK has no sorted-values ``GroupByKey``, so a group's rows are held by
+one worker while its steps are sorted (as compact tuples, ~100 bytes per step); the records
+built from them are at most ``--max-steps`` steps each.
+
+Exactly-once: every write goes to ``<output>/_temporary/beam-<run>-<uuid>/`` with a fresh
+uuid per shard write (a retried bundle writes a new attempt).  The last step writes a
+*report* (``_temporary/beam-<run>.report.json``): the files that the committed bundles
+wrote, and the row counts.  After the pipeline succeeds, the driver reads that report and
+calls :func:`tfrecord_io.storage.output.commit`, which moves exactly those files into place, deletes
+``_temporary`` (with any failed or duplicate attempts), checks the reject fraction and
+writes ``_manifest.json`` and then ``_SUCCESS``.
+
+Filesystems: bulk data goes through Beam's own FileSystems on the workers -- input files are
+read and shard/reject/report files written through ``apache_beam.io.filesystems`` (Beam's
+``HadoopFileSystem`` over WebHDFS for ``hdfs://``, configured by ``--hdfs_host``,
+``--hdfs_port`` (the NameNode's *HTTP* port) and ``--hdfs_user``).  Metadata on the driver --
+listing the inputs, refusing/clearing the output, the commit's renames and deletes, the
+manifest and ``_SUCCESS`` -- goes through :mod:`tfrecord_io.storage.fs` (hdfs-native RPC), the same
+code the Spark driver uses, so both engines read the same files and commit identically.
+URIs are always full ``hdfs://namenode:rpc-port/path`` URIs (as for Spark); Beam's client
+(``hdfs_full_urls``, which this module sets itself) ignores their authority and talks to
+``--hdfs_host:--hdfs_port``, so the driver checks that both see the output directory before
+starting.  Without ``--hdfs_*`` options the WebHDFS
+address comes from ``$HADOOP_CONF_DIR/hdfs-site.xml`` (``dfs.namenode.http-address``) and
+the user from ``HADOOP_USER_NAME`` or the OS user.
+
+Runner-agnostic: transforms carry everything they need (schema, output URI, HDFS settings)
+and pickle; they read no driver state and use no local temp paths.  Beam 2.77's
+``DirectRunner`` is a ``SwitchingDirectRunner`` that first tries Prism (downloading a binary)
+and falls back to the in-process ``FnApiRunner``, saying so at INFO only; pass
+``--runner=FnApiRunner`` to skip the Prism attempt.  :func:`runner_that_ran` tells from the
+pipeline result which runner actually ran, and the final log line says it.
+
+Counters (Beam metrics, namespace ``tfrecord_io``): ``rows_read``, ``rows_rejected``,
+``records_written``, ``bytes_written``, ``files_read`` and ``sequence_examples``.  The driver
+takes its totals from the report, checks them against the committed counters where the runner
+reports those, and logs one final line: runner, rows read, records, files, rejects.
+
+Parallelism: a file is read by one worker (CSV records cannot be found from an arbitrary
+offset when quoted fields may hold line breaks); its rows are then spread over the shards, so
+encoding and writing run in parallel even for a single large file.
+
+CSV line breaks: as in the Spark job, records are lines unless ``--multiline``; then quoted
+fields may hold line breaks (pyarrow streams them: unlike Spark's ``multiLine``, files are
+still never read whole).  See :mod:`tfrecord_io.conversion.parsing` for every parsing rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import logging
+import math
+import os
+import time
+import uuid
+import xml.etree.ElementTree as ET
+import zlib
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import HadoopFileSystemOptions, PipelineOptions, StandardOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from tfrecord_io.conversion import columns, parsing
+
+from tfrecord_io.storage import fs, inputs, output
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, present_counts, row_errors
+from tfrecord_io.conversion.options import ConversionError, ConversionOptions, default_num_shards
+from tfrecord_io.core.schema import Schema
+
+__all__ = [
+    "BeamFiles", "ConversionOptions", "ConversionResult", "METRICS_NAMESPACE", "build_pipeline", "main",
+    "run_conversion", "runner_that_ran",
+]
+
+log = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "tfrecord_io"
+_GROUP_FLUSH_ROWS = 65_536  # rows of built groups buffered before one encode call
+_GROUP_FLUSH_GROUPS = 4_096
+
+
+# ---------------------------------------------------------------------------------------
+# Beam's FileSystems with explicit settings
+# ---------------------------------------------------------------------------------------
+class BeamFiles:
+    """Beam FileSystems for local paths, ``file://`` and ``hdfs://`` URIs; picklable.
+
+    Carries the WebHDFS settings itself instead of relying on the pipeline options a runner
+    may or may not hand to its workers, and builds ``HadoopFileSystem`` once per process.
+    Paths in and out are in our spelling (full ``hdfs://host:port/path``, ``file://``).
+    """
+
+    def __init__(self, hdfs_host: str | None = None, hdfs_port: int | None = None, hdfs_user: str | None = None):
+        self.hdfs_host, self.hdfs_port, self.hdfs_user = hdfs_host, hdfs_port, hdfs_user
+        self._hdfs = None
+
+    def __getstate__(self):
+        return {"hdfs_host": self.hdfs_host, "hdfs_port": self.hdfs_port, "hdfs_user": self.hdfs_user}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __repr__(self):
+        return f"BeamFiles(hdfs={self.hdfs_host}:{self.hdfs_port}, user={self.hdfs_user})"
+
+    @property
+    def has_hdfs(self) -> bool:
+        return bool(self.hdfs_host and self.hdfs_port and self.hdfs_user)
+
+    def _filesystem(self, uri: str):
+        """(Beam FileSystem, the path in Beam's spelling) for ``uri``."""
+        if uri.startswith("hdfs://"):
+            if not self.has_hdfs:
+                raise ValueError(f"{uri}: hdfs:// needs --hdfs_host, --hdfs_port (the NameNode's WebHDFS "
+                                 f"HTTP port) and --hdfs_user, or HADOOP_CONF_DIR with dfs.namenode.http-address")
+            if self._hdfs is None:
+                from apache_beam.io.hadoopfilesystem import HadoopFileSystem
+
+                self._hdfs = HadoopFileSystem(PipelineOptions(
+                    hdfs_host=self.hdfs_host, hdfs_port=int(self.hdfs_port), hdfs_user=self.hdfs_user,
+                    hdfs_full_urls=True))
+            # Beam's full-URL form needs an authority; ours may be empty (hdfs:///path).
+            return self._hdfs, ("hdfs://_" + uri[len("hdfs://"):] if uri.startswith("hdfs:///") else uri)
+        from apache_beam.io.localfilesystem import LocalFileSystem
+
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        return LocalFileSystem(None), path
+
+    def open(self, uri: str, mode: str = "rb"):
+        """``"rb"`` or ``"wb"``, raw bytes: input files are decompressed by
+        :func:`tfrecord_io.storage.inputs.open_input` (strict about truncation, unlike Beam's
+        ``CompressionTypes.AUTO``), TFRecords compressed by the writer."""
+        from apache_beam.io.filesystem import CompressionTypes
+
+        filesystem, path = self._filesystem(uri)
+        if mode == "rb":
+            return filesystem.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        if mode == "wb":
+            if filesystem.exists(path):
+                filesystem.delete([path])
+            return filesystem.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        raise ValueError(f"{uri}: unsupported mode {mode!r}")
+
+    def exists(self, uri: str) -> bool:
+        filesystem, path = self._filesystem(uri)
+        return filesystem.exists(path)
+
+    def size(self, uri: str) -> int:
+        filesystem, path = self._filesystem(uri)
+        return filesystem.size(path)
+
+    def read_bytes(self, uri: str) -> bytes:
+        with self.open(uri, "rb") as f:
+            return f.read()
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        with self.open(uri, "wb") as f:
+            f.write(data)
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions, uris: Iterable[str] = ()) -> "BeamFiles":
+        """From ``--hdfs_host/--hdfs_port/--hdfs_user``; for hdfs:// URIs without them, from
+        ``$HADOOP_CONF_DIR`` (``dfs.namenode.http-address``) and ``HADOOP_USER_NAME`` / the OS user."""
+        hdfs = options.view_as(HadoopFileSystemOptions)
+        host, port, user = hdfs.hdfs_host, hdfs.hdfs_port, hdfs.hdfs_user
+        if any(u.startswith("hdfs://") for u in uris) and not (host and port):
+            address = _webhdfs_address_from_conf()
+            if address:
+                host, port = address
+        if (host and port) and not user:
+            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        return cls(host, int(port) if port else None, user)
+
+
+def _webhdfs_address_from_conf() -> tuple[str, int] | None:
+    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    if not conf_dir:
+        return None
+    try:
+        root = ET.parse(os.path.join(conf_dir, "hdfs-site.xml")).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() == "dfs.namenode.http-address":
+            host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
+            if host and port.isdigit():
+                return host, int(port)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# What the driver decides before the pipeline runs
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Job:
+    """What every transform needs (picklable): the conversion, the run id, the filesystems."""
+
+    conv: ConversionOptions
+    schema: Schema
+    run_id: str
+    num_shards: int
+    files: BeamFiles
+    splits: object = None  # tfrecord_io.conversion.splits.Splits (--split), or None
+
+    def attempt(self) -> str:
+        return f"beam-{self.run_id}-{uuid.uuid4().hex[:12]}"
+
+    @property
+    def report_path(self) -> str:
+        return fs.join(self.conv.output, output.TEMPORARY, f"beam-{self.run_id}.report.json")
+
+
+# ---------------------------------------------------------------------------------------
+# Arrow batches through shuffles: IPC bytes (pickling a slice would copy its whole buffers)
+# ---------------------------------------------------------------------------------------
+def _to_ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(data).read_next_batch()
+
+
+def _slices(num_rows: int, pieces: int) -> Iterator[tuple[int, int]]:
+    """(start, length) of up to ``pieces`` nearly equal, non-empty slices of ``num_rows`` rows."""
+    pieces = max(1, min(pieces, num_rows))
+    bounds = np.linspace(0, num_rows, pieces + 1).astype(np.int64)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            yield int(a), int(b - a)
+
+
+def _global(value) -> WindowedValue:
+    """An output of ``finish_bundle`` (which has no input element to take a window from)."""
+    return WindowedValue(value, GlobalWindow().max_timestamp(), (GlobalWindow(),))
+
+
+# ---------------------------------------------------------------------------------------
+# Transforms
+# ---------------------------------------------------------------------------------------
+REJECTS_TAG, STATS_TAG = "rejects", "stats"
+
+
+class ReadFile(beam.DoFn):
+    """One input file -> parsed rows (see module doc), reject lists and its row count.
+
+    Main output: Example records: ``(shard, ipc rows)`` slices; SequenceExample records:
+    ``(group key, ("rows", source, lines, raws, columns))`` per group per batch, and
+    ``(group key, ("bad", source, line, raw, reason, order))`` per rejected row of a known group.
+    Tagged outputs: ``rejects`` (``(reject shard, [reject dicts])``), ``stats`` (rows per file).
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.rows_read = Metrics.counter(METRICS_NAMESPACE, "rows_read")
+        self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
+        self.files_read = Metrics.counter(METRICS_NAMESPACE, "files_read")
+
+    def setup(self):
+        self._next_shard = int.from_bytes(os.urandom(2), "little")
+
+    def _shard(self) -> int:
+        self._next_shard += 1
+        return self._next_shard % self.job.num_shards
+
+    def process(self, element):
+        path, _size = element
+        conv, schema = self.job.conv, self.job.schema
+        sequence = schema.record_type == "sequence_example"
+        keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
+        input_rows = 0
+        split_by = self.job.splits.feature if self.job.splits is not None else None
+        with inputs.open_input(path, opener=self.job.files.open) as stream:
+            for pb in parsing.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
+                                             multiline=conv.multiline, keep_raw=sequence or bool(split_by),
+                                             reject_values=keys):
+                input_rows += pb.input_rows
+                self.rows_read.inc(pb.input_rows)
+                if split_by:
+                    pb = _reject_unsplittable(pb, split_by)
+                rejects = pb.rejects
+                if sequence and rejects:
+                    # A rejected row whose group is known rejects its group's record: send it there.
+                    alone = []
+                    for reject, values in zip(rejects, pb.reject_values):
+                        key = None if values is None else values.get(schema.group_by)
+                        if key is None:
+                            alone.append(reject)
+                        else:
+                            order = values.get(schema.order_by) if schema.order_by else None
+                            yield key, ("bad", reject["source"], reject["line"], reject["raw"], reject["reason"],
+                                        order)
+                    rejects = alone
+                if rejects:
+                    self.rows_rejected.inc(len(rejects))
+                    yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._shard(), rejects))
+                if not pb.rows.num_rows:
+                    continue
+                if sequence:
+                    yield from _split_groups(pb, schema)
+                else:
+                    for start, length in _slices(pb.rows.num_rows, self.job.num_shards):
+                        yield self._shard(), _to_ipc(pb.rows.slice(start, length))
+        self.files_read.inc()
+        yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": input_rows})
+
+
+def _reject_unsplittable(pb: parsing.ParsedBatch, feature: str) -> parsing.ParsedBatch:
+    """Rows with no value for the ``--split-by`` feature become rejects (they have no split)."""
+    null = pb.rows.column(feature).is_null().to_numpy(zero_copy_only=False)
+    if not null.any():
+        return pb
+    raw = pb.raw.to_pylist()
+    why = f"feature {feature!r}: no value to split by (--split-by {feature})"
+    extra = [parsing.make_reject(pb.source, int(pb.lines[i]), raw[i], why) for i in np.flatnonzero(null)]
+    keep = pa.array(~null)
+    return dataclasses.replace(pb, rows=pb.rows.filter(keep), lines=pb.lines[~null], raw=pb.raw.filter(keep),
+                               rejects=pb.rejects + extra)
+
+
+def _split_groups(pb: parsing.ParsedBatch, schema: Schema) -> Iterator[tuple]:
+    """The rows of a batch, one element per ``group_by`` value: (key, ("rows", source, lines, raws, columns))."""
+    import pyarrow.compute as pc
+
+    rows = pb.rows
+    order = pc.sort_indices(rows.column(schema.group_by))
+    rows = rows.take(order)
+    order_np = order.to_numpy()
+    lines = pb.lines[order_np].tolist()
+    raws = pb.raw.take(order).to_pylist() if pb.raw is not None else [None] * rows.num_rows
+    columns = [rows.column(f.name).to_pylist() for f in schema.input_features]
+    keys = columns[[f.name for f in schema.input_features].index(schema.group_by)]
+    start = 0
+    n = len(keys)
+    for i in range(1, n + 1):
+        if i == n or keys[i] != keys[start]:
+            yield keys[start], ("rows", pb.source, lines[start:i], raws[start:i], [c[start:i] for c in columns])
+            start = i
+
+
+class _Step:
+    """One input row of a group: a converted step, or a rejected row (``reason``) of that group."""
+
+    __slots__ = ("order", "source", "line", "raw", "values", "reason")
+
+    def __init__(self, order, source, line, raw, values, reason):
+        self.order, self.source, self.line, self.raw, self.values, self.reason = (
+            order, source, line, raw, values, reason)
+
+    def sort_key(self):
+        # Spark's order: order_by ascending with nulls first, then file, then line.
+        return (self.order is not None, self.order if self.order is not None else 0, self.source, self.line or 0)
+
+
+def _same(a, b) -> bool:
+    """Context values equal, NaN equal to NaN (as the Spark job compares them)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _shard_of(key, num_shards: int) -> int:
+    """A stable shard for a group key (Python's hash() of a str differs per process)."""
+    return zlib.crc32(repr(key).encode("utf-8", "backslashreplace")) % num_shards
+
+
+class BuildSequenceExamples(beam.DoFn):
+    """(group key, its rows) -> encoded SequenceExamples, keyed by the group's shard.
+
+    See the module doc for the rules (order, ``max_steps`` pieces, context, rejected rows).
+    Built records are buffered and encoded together; a record the encoder's checks refuse
+    (``row_errors`` on the grouped batch) turns all its rows into rejects.
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
+        self.records_built = Metrics.counter(METRICS_NAMESPACE, "sequence_examples")
+
+    def setup(self):
+        schema = self.job.schema
+        names = [f.name for f in schema.input_features]
+        self._order_at = names.index(schema.order_by) if schema.order_by else None
+        self._context_at = [(f, names.index(f.name)) for f in schema.context]
+        self._sequence_at = [names.index(f.name) for f in schema.sequence]
+        self._next_shard = int.from_bytes(os.urandom(2), "little")
+
+    def start_bundle(self):
+        self._units: list[tuple] = []  # (key, shard, steps) of records to build
+        self._buffered_rows = 0
+
+    def process(self, element):
+        key, pieces = element
+        steps = []
+        for piece in pieces:
+            if piece[0] == "bad":
+                _, source, line, raw, reason, order = piece
+                steps.append(_Step(order, source, line, raw, None, reason))
+                continue
+            _, source, lines, raws, columns = piece
+            for j, (line, raw) in enumerate(zip(lines, raws)):
+                values = [c[j] for c in columns]
+                order = values[self._order_at] if self._order_at is not None else None
+                steps.append(_Step(order, source, line, raw, values, None))
+        steps.sort(key=_Step.sort_key)
+        shard = _shard_of(key, self.job.num_shards)
+        rejects = []
+        max_steps = self.job.conv.max_steps
+        for start in range(0, len(steps), max_steps):
+            unit = steps[start:start + max_steps]
+            why = self._why_bad(unit)
+            if why is not None:
+                rejects += self._reject_unit(key, unit, why)
+                continue
+            self._units.append((key, shard, unit))
+            self._buffered_rows += len(unit)
+        if rejects:
+            self.rows_rejected.inc(len(rejects))
+            yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._reject_shard(), rejects))
+        if self._buffered_rows >= _GROUP_FLUSH_ROWS or len(self._units) >= _GROUP_FLUSH_GROUPS:
+            yield from self._flush(in_finish_bundle=False)
+
+    def finish_bundle(self):
+        yield from self._flush(in_finish_bundle=True)
+
+    def _reject_shard(self) -> int:
+        self._next_shard += 1
+        return self._next_shard % self.job.num_shards
+
+    def _why_bad(self, unit: list[_Step]) -> str | None:
+        """Why a record cannot be written: a rejected row among its steps, or a context that differs."""
+        for step in unit:
+            if step.reason is not None:
+                return f"{step.reason} (line {step.line})"
+        first = unit[0].values
+        for f, at in self._context_at:
+            if f.name == self.job.schema.group_by:
+                continue
+            for step in unit[1:]:
+                if not _same(step.values[at], first[at]):
+                    return (f"context feature {f.name!r} differs within the group: {step.values[at]!r} at line "
+                            f"{step.line}, {first[at]!r} in its first row")
+        return None
+
+    def _reject_unit(self, key, unit: list[_Step], why: str) -> list[dict]:
+        group = f"{self.job.schema.group_by}={key!r}"
+        return [parsing.make_reject(s.source, s.line, s.raw, s.reason if s.reason is not None else
+                                      f"rejected with its group ({group}), which holds a bad row: {why}")
+                for s in unit]
+
+    def _flush(self, in_finish_bundle: bool):
+        def emit(value, tag=None):
+            value = _global(value) if in_finish_bundle else value
+            return value if tag is None else beam.pvalue.TaggedOutput(tag, value)
+
+        units, self._units, self._buffered_rows = self._units, [], 0
+        if not units:
+            return
+        schema = self.job.schema
+        arrays = []
+        for f, at in self._context_at:
+            arrays.append(pa.array([unit[0].values[at] for _, _, unit in units], type=f.arrow_type()))
+        for f, at in zip(schema.sequence, self._sequence_at):
+            arrays.append(pa.array([[s.values[at] for s in unit] for _, _, unit in units],
+                                   type=pa.list_(f.arrow_type())))
+        names = [f.name for f in schema.context] + [f.name for f in schema.sequence]
+        batch = pa.RecordBatch.from_arrays(arrays, names=names)
+        reasons = row_errors(batch, schema)  # per record: null steps, list lengths, required values
+        if any(r is not None for r in reasons):
+            rejects = []
+            for (key, _, unit), reason in zip(units, reasons):
+                if reason is not None:
+                    rejects += self._reject_unit(key, unit, reason)
+            self.rows_rejected.inc(len(rejects))
+            yield emit((self._reject_shard(), rejects), REJECTS_TAG)
+            keep = np.array([r is None for r in reasons])
+            batch = batch.filter(pa.array(keep))
+            units = [u for u, k in zip(units, keep) if k]
+        if units:
+            self.records_built.inc(len(units))
+            records = encode_sequence_examples(batch, schema)
+            shards = np.array([shard for _, shard, _ in units])
+            for shard in np.unique(shards):
+                rows = np.flatnonzero(shards == shard)  # in order: a group's pieces stay consecutive
+                piece = pa.RecordBatch.from_arrays([records.take(pa.array(rows))], names=["record"])
+                yield emit((int(shard), _to_ipc(piece)))
+        yield emit({"kind": "groups", "records": len(units), "rows": sum(len(u) for _, _, u in units)}, STATS_TAG)
+
+
+class WriteShard(beam.DoFn):
+    """(shard index, pieces) -> one TFRecord file in a fresh attempt dir, via Beam's FileSystems.
+
+    Pieces are IPC bytes of typed rows (Example: encoded here) or of encoded records
+    (SequenceExample); ``None`` pieces only make sure every shard index has an element.
+    """
+
+    def __init__(self, job: _Job):
+        self.job = job
+        self.records_written = Metrics.counter(METRICS_NAMESPACE, "records_written")
+        self.bytes_written = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+
+    def process(self, element):
+        index, pieces = element
+        job = self.job
+        example = job.schema.record_type == "example"
+
+        present: Counter = Counter()
+
+        def batches():
+            typed = (_from_ipc(piece) for piece in pieces if piece is not None)
+            if example and job.conv.record_order == "shuffled":
+                return _shuffled(typed, np.random.default_rng(index))
+            return typed
+
+        def records():
+            for batch in batches():
+                if example:
+                    present.update(present_counts(batch, job.schema))
+                yield encode_examples(batch, job.schema) if example else batch.column(0)
+
+        name = output.shard_name(index, job.num_shards, job.conv.compression)
+        if job.splits is None:
+            written = [output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
+                                          opener=job.files.open)]
+        else:
+            def assigned():
+                for batch in records():
+                    which, _ = job.splits.assign(batch.to_pylist())  # null split features were rejected
+                    yield batch, which
+
+            written = output.write_split_shards(assigned(), job.conv.output, job.attempt(),
+                                                [f"{split}/{name}" for split in job.splits.names],
+                                                job.conv.compression, opener=job.files.open)
+        for k, w in enumerate(written):
+            self.records_written.inc(w.records)
+            self.bytes_written.inc(w.bytes)
+            counts = dict(present) if example and job.splits is None and k == 0 else None
+            yield {"kind": "records", **output.written_file_dict(w), "present": counts}
+
+
+SHUFFLE_HOLD_BYTES = 1 << 30  # rows of one shard held to be shuffled together (larger shards: by windows)
+
+
+def _shuffled(batches: Iterable[pa.RecordBatch], rng) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batches`` in a random order: all of them when they fit in
+    :data:`SHUFFLE_HOLD_BYTES`, else window by window (``record_order="shuffled"``)."""
+    held: list[pa.RecordBatch] = []
+    size = 0
+
+    def permute():
+        table = pa.Table.from_batches(held)
+        yield from table.take(pa.array(rng.permutation(table.num_rows))).to_batches(max_chunksize=65_536)
+
+    for batch in batches:
+        held.append(batch)
+        size += batch.nbytes
+        if size >= SHUFFLE_HOLD_BYTES:
+            yield from permute()
+            held, size = [], 0
+    if held:
+        yield from permute()
+
+
+class WriteRejects(beam.DoFn):
+    """(reject shard index, lists of reject dicts) -> one ``_rejects`` JSON Lines file."""
+
+    def __init__(self, job: _Job):
+        self.job = job
+
+    def process(self, element):
+        index, lists = element
+        rows = (row for rejects in lists for row in rejects)
+        written = output.write_rejects(rows, self.job.conv.output, self.job.attempt(), f"part-{index:05d}.jsonl",
+                                       opener=self.job.files.open)
+        if written is not None:
+            yield {"kind": "rejects", **output.written_file_dict(written)}
+
+
+class WriteReport(beam.DoFn):
+    """The list of everything the pipeline produced -> the report file the driver commits from."""
+
+    def __init__(self, job: _Job):
+        self.job = job
+
+    def process(self, items):
+        items = sorted(items, key=lambda d: json.dumps(d, sort_keys=True))
+        self.job.files.write_bytes(self.job.report_path, json.dumps(items).encode("utf-8"))
+        yield len(items)
+
+
+def build_pipeline(p: beam.Pipeline, job: _Job, files: list[tuple[str, int]]) -> beam.PCollection:
+    """Add the conversion to ``p``: returns the PCollection of the report's item count."""
+    sequence = job.schema.record_type == "sequence_example"
+    read = (p
+            | "ListInputs" >> beam.Create(sorted(files))
+            | "ReadFiles" >> beam.ParDo(ReadFile(job)).with_outputs(REJECTS_TAG, STATS_TAG, main="rows"))
+    stats = [read[STATS_TAG]]
+    rejects = [read[REJECTS_TAG]]
+    if sequence:
+        built = (read.rows
+                 | "GroupByKey" >> beam.GroupByKey()
+                 | "BuildSequenceExamples" >> beam.ParDo(BuildSequenceExamples(job)).with_outputs(
+                     REJECTS_TAG, STATS_TAG, main="records"))
+        pieces = built.records
+        stats.append(built[STATS_TAG])
+        rejects.append(built[REJECTS_TAG])
+    else:
+        pieces = read.rows
+    every_shard = p | "EveryShard" >> beam.Create([(i, None) for i in range(job.num_shards)])
+    shard_files = ((pieces, every_shard)
+                   | "WithEmptyShards" >> beam.Flatten()
+                   | "GroupByShard" >> beam.GroupByKey()
+                   | "WriteShards" >> beam.ParDo(WriteShard(job)))
+    reject_files = (rejects
+                    | "AllRejects" >> beam.Flatten()
+                    | "GroupRejects" >> beam.GroupByKey()
+                    | "WriteRejects" >> beam.ParDo(WriteRejects(job)))
+    return ((shard_files, reject_files, *stats)
+            | "Everything" >> beam.Flatten()
+            | "ToList" >> beam.combiners.ToList()
+            | "WriteReport" >> beam.ParDo(WriteReport(job)))
+
+
+# ---------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------
+@dataclass
+class ConversionResult:
+    """What :func:`run_conversion` did: the manifest it committed (None if it did not commit)."""
+
+    output: str
+    totals: output.ConversionTotals
+    runner: str
+    manifest: dict | None
+    metrics: dict = field(default_factory=dict)
+    requested_runner: str | None = None
+    input_rows_by_file: dict = field(default_factory=dict)
+    seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.manifest is not None
+
+
+def runner_that_ran(result) -> str:
+    """The runner that actually executed a pipeline, from its result object."""
+    module, name = type(result).__module__, type(result).__name__
+    if "fn_api_runner" in module:
+        return "FnApiRunner"
+    if "prism" in module:
+        return "PrismRunner"
+    if "portable_runner" in module:
+        return "PortableRunner (Prism, when DirectRunner chose it)"
+    if "direct" in module:
+        return "BundleBasedDirectRunner"
+    if "dataflow" in module:
+        return "DataflowRunner"
+    return f"{module}.{name}"
+
+
+def _counters(result) -> dict[str, int]:
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics support: log without them
+        return {}
+    out: dict[str, int] = {}
+    for c in counters:
+        value = c.committed if c.committed is not None else c.attempted
+        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    return out
+
+
+@contextmanager
+def _hdfs_identity(user: str | None):
+    """Make the driver's :mod:`tfrecord_io.storage.fs` act as the same HDFS user as Beam's workers."""
+    if not user or os.environ.get("HADOOP_USER_NAME"):
+        yield
+        return
+    os.environ["HADOOP_USER_NAME"] = user
+    try:
+        yield
+    finally:
+        os.environ.pop("HADOOP_USER_NAME", None)
+
+
+def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = None) -> ConversionResult:
+    """Run the conversion on the runner in ``options`` and commit its output.
+
+    Raises, before the pipeline starts: ``SchemaError`` (a bad schema, or features that do not
+    match the input's columns), ``FileExistsError`` (output not empty without ``overwrite``, or
+    overlapping an input), ``FileNotFoundError`` (no input) and ``ValueError`` (a file-level
+    input problem found on the driver); then :class:`~tfrecord_io.conversion.options.ConversionError`
+    when the pipeline fails (a worker's error, e.g. a truncated input, in its message) and
+    :class:`tfrecord_io.storage.output.RejectLimitExceeded` (nothing committed; the rejects stay under
+    ``_temporary``).
+    """
+    started = time.monotonic()
+    options = options or PipelineOptions([])
+    if conv.input_format not in parsing.FORMATS:
+        raise ValueError(f"--format {conv.input_format} is read by Spark: use the Spark job for it")
+    schema = conv.load_schema()
+    conv.splits(schema)  # a bad --split-by fails now, before anything is listed
+    files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
+    with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
+        listed = inputs.list_inputs(conv.inputs)
+        sources = [(f.path, f.size) for f in listed]
+        num_shards = conv.num_shards or default_num_shards(sum(size for _, size in sources), conv.bytes_per_shard)
+        found = columns.input_columns([f.path for f in listed], schema, conv.input_format, conv.multiline)
+        columns.check_columns(schema, found, input_format=conv.input_format, allow_missing=conv.allow_missing_columns,
+                              ignore_extra=conv.ignore_extra_columns, schema_name=conv.schema_name)
+        output.prepare_output(conv.output, overwrite=conv.overwrite, inputs=conv.inputs,
+                              input_paths=[path for path, _ in sources])
+        if not files.exists(conv.output):
+            raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
+                             f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
+        job = _Job(conv, schema, uuid.uuid4().hex[:12], num_shards, files, conv.splits(schema))
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, job, sources)
+        where = ",".join(conv.inputs)
+        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(sources), where,
+                 num_shards, conv.output)
+        try:
+            result = p.run()
+            state = result.wait_until_finish()
+            if str(state).rsplit(".", 1)[-1] != "DONE":
+                raise ConversionError(f"the pipeline ended in state {state} on {runner_that_ran(result)}; "
+                                      f"nothing was committed")
+        except Exception as e:
+            _discard_temporary(conv.output)  # partial attempts of a failed run are of no use
+            if isinstance(e, ConversionError):
+                raise
+            raise ConversionError(f"conversion of {where} to {conv.output} failed: {_worker_error(e)}") from e
+        except BaseException:
+            _discard_temporary(conv.output)
+            raise
+        runner = runner_that_ran(result)
+        requested = options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER
+        try:
+            report = json.loads(files.read_bytes(job.report_path).decode("utf-8"))
+            result = _commit(job, report, runner, _counters(result), requested)
+        except output.RejectLimitExceeded:
+            raise  # _temporary stays, with the rejects to look at
+        except BaseException:
+            _discard_temporary(conv.output)
+            raise
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+
+def _worker_error(e: BaseException) -> str:
+    """The worker's own exception line from a runner's error (which wraps it in its traceback)."""
+    import re
+
+    text = str(e)
+    found = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)\b:.*)$", text, flags=re.M)
+    ours = [line.strip() for line in found if not line.strip().startswith(("RuntimeError: Pipeline",))]
+    return ours[-1] if ours else f"{type(e).__name__}: {text.strip().splitlines()[-1] if text.strip() else ''}"
+
+
+def _discard_temporary(out: str) -> None:
+    try:
+        temporary = fs.join(out, output.TEMPORARY)
+        if fs.exists(temporary):
+            fs.delete(temporary, recursive=True)
+    except OSError as e:
+        log.warning("could not remove %s after the failed run: %s", fs.join(out, output.TEMPORARY), e)
+
+
+def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int],
+            requested: str | None = None) -> ConversionResult:
+    conv = job.conv
+    ran = runner if not requested or requested.rsplit(".", 1)[-1] == runner else f"{runner} (requested {requested})"
+    fields_ = {f.name for f in dataclasses.fields(output.WrittenFile)}
+    shard_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
+                   for d in report if d["kind"] == "records"]
+    reject_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
+                    for d in report if d["kind"] == "rejects"]
+    sequence = job.schema.record_type == "sequence_example"
+    totals = output.ConversionTotals(
+        input_rows=sum(d["rows"] for d in report if d["kind"] == "input"),
+        records=sum(f.records for f in shard_files),
+        rejected=sum(f.records for f in reject_files),
+        rows_in_records=sum(d["rows"] for d in report if d["kind"] == "groups") if sequence else None)
+    expected = job.num_shards * (1 if job.splits is None else len(job.splits.names))
+    if len(shard_files) != expected:
+        raise RuntimeError(f"the pipeline reported {len(shard_files)} shard files, expected {expected}; "
+                           f"nothing was committed")
+    for name, value in (("rows_read", totals.input_rows), ("records_written", totals.records),
+                        ("rows_rejected", totals.rejected)):
+        if name in counters and counters[name] != value:
+            log.warning("metric %s = %d but the pipeline's report says %d (runner %s)", name, counters[name],
+                        value, runner)
+    summary = (f"{totals.input_rows} rows read, {totals.records} records written to {len(shard_files)} "
+               f"file(s), {totals.rejected} rows rejected")
+    if sequence:
+        summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
+    try:
+        if job.splits is None:
+            if job.schema.record_type == "example":
+                totals.present = output.sum_present(d.get("present") for d in report if d["kind"] == "records")
+            manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
+                                     compression=conv.compression, engine="beam",
+                                     max_reject_fraction=conv.max_reject_fraction)
+        else:
+            manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
+                                            schema=job.schema, compression=conv.compression, engine="beam",
+                                            max_reject_fraction=conv.max_reject_fraction)
+    except output.RejectLimitExceeded:
+        log.error("beam conversion %s -> %s FAILED on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
+        raise
+    log.info("beam conversion %s -> %s done on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
+    by_file = {d["path"]: d["rows"] for d in report if d["kind"] == "input"}
+    return ConversionResult(conv.output, totals, runner, manifest, counters, requested, by_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tfrecord_io.engines.beam``: see :func:`tfrecord_io.commands.convert.beam_main`."""
+    from tfrecord_io.commands.convert import beam_main
+
+    return beam_main(argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

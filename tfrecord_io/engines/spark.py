@@ -1,0 +1,1037 @@
+"""The Spark job: CSV or JSON (local paths, ``file://``, ``hdfs://``) to TFRecord files, exactly once.
+
+Entry point: :func:`run_conversion(spark, ConversionOptions(...)) <run_conversion>` returns the
+committed ``_manifest.json`` as a dict.  ``jobs/to_tfrecord.py`` (spark-submit) and
+``tfrecord-io convert --engine spark`` both call it.
+
+Pipeline (one Spark job, two stages)::
+
+    driver: list the input files (tfrecord_io.storage.inputs), read each CSV header, plan splits
+      -> mapInArrow "read": each task reads one split -- a line range of an uncompressed
+         file (Hadoop's rule: the lines that start in it), or a whole compressed / multiline
+         file -- and parses it with tfrecord_io.conversion.parsing, the Beam pipeline's parser: typed
+         rows plus rejected rows, each with its file, split, line, raw text, reason  (Python)
+      -> repartition(N): N = number of shards                                         (shuffle)
+         Examples: hash of (file, split, line), unique per row, so shards are even, and
+         (``record_order="shuffled"``, the default) sorted by another hash of it within each
+         shard, so that sorted input does not give sorted shards;
+         SequenceExamples: the group_by column, then sorted by group, order_by
+      -> mapInArrow "write": encode the converted rows (codec.encode_examples /
+         encode_sequence_examples), frame and write shard i with output.write_shard into
+         _temporary/<attempt>/, the rejects with output.write_rejects; yield one small report
+         row per file                                                                  (Python)
+    driver: collect() the reports -> make reject lines the file's (below) -> output.commit():
+         shards into place, _manifest.json, _SUCCESS
+
+One parser, one set of value rules: both engines read input with :mod:`tfrecord_io.conversion.parsing`
+and :mod:`tfrecord_io.storage.inputs`, so they give the same records and the same rejects, with the
+same reasons, for any input (``tests/test_hostile_input.py`` runs both on one corpus).
+
+Input rows, records and rejects
+    Every row the parser delivers is one *input row*: input rows = rows in records + rejected
+    rows, always (the write stage counts both; the driver checks the sum).  Empty files and
+    header-only CSV files give 0 rows; blank lines are not rows.  JSON Lines input is read line
+    by line; ``multiline=True`` reads whole files as JSON documents (one object, or an array of
+    objects, per file).  A compressed file that is truncated or corrupt fails the job, naming
+    the file (``tfrecord_io.storage.inputs``).
+
+Rejects (``<output>/_rejects/part-NNNNN.jsonl``, one JSON object per rejected input row)
+    ``source`` the file, ``line`` the line in that file where the record starts, ``raw`` the
+    input's own text of the record, ``reason`` why, naming the field (the wording is
+    parsing's).  A split after a file's first counts lines from its own start; each read task
+    reports its split's line count (an accumulator, idempotent under retries) and the driver
+    adds the lines before each split while it moves the reject files into place.
+    When rejected / input rows > ``max_reject_fraction`` (default
+    ``output.DEFAULT_MAX_REJECT_FRACTION`` = 0.01, i.e. 1%) the job raises
+    :class:`~tfrecord_io.storage.output.RejectLimitExceeded`: nothing is committed, there is no
+    ``_SUCCESS``, and the rejects stay under ``<output>/_temporary/*/_rejects/`` to look at
+    (there, lines of later splits still count from the split).
+
+CSV
+    As :mod:`tfrecord_io.conversion.parsing` reads it.  With ``csv.header: true`` the driver reads each
+    file's header, for the splits that do not start the file.  Records are lines by default
+    (files are split across tasks; an unbalanced quote damages only its own line);
+    ``multiline=True`` lets quoted fields hold line breaks, and each file is read by one task.
+
+SequenceExamples
+    Rows are grouped by ``group_by`` (hash-partitioned, so a group never spans shards) and
+    ordered by ``order_by`` (ties, and no ``order_by``: input file, split, line).  Context
+    features are taken from the group's first row; a group whose rows disagree on a context
+    value is rejected whole (each row a reject naming the feature).  Any rejected row rejects
+    its whole record (a sequence is never written with a step missing), and a row with a
+    null ``group_by`` value is rejected on its own.  Huge groups: a group longer than
+    ``max_steps`` (default 10,000) rows is split into consecutive SequenceExamples of at most
+    ``max_steps`` steps, in order, each carrying the group's context; the write stage holds at
+    most ``max_steps`` rows plus one Arrow batch of a group in memory.  The unit of rejection
+    is the record: one bad row rejects only its ``max_steps`` piece.
+
+Shards
+    ``num_shards`` files, ``part-00000-of-0000N.tfrecord[.gz|.zlib]``.  By default N =
+    ceil(input bytes / ``bytes_per_shard``) (128 MiB), at least 1, input bytes being the size
+    of the input files as Spark's file index lists them.  Examples are hash-partitioned on a
+    per-row key (a hash of file, split and line), so shards hold the same number of records
+    to within a few percent; SequenceExample shards are as even as the groups allow.
+
+Exactly once
+    A write-stage task attempt writes only under ``<output>/_temporary/<attempt>/`` with
+    ``attempt = <job uuid>-s<stage>-p<partition>-a<attempt number>-t<task attempt id>``, and
+    returns its files in its (small) output rows.  The driver ``collect()``s them -- Spark
+    returns the rows of exactly one successful attempt per partition -- waits (up to 30 s)
+    for killed speculative attempts to stop, and ``output.commit()`` moves exactly those
+    files into place and deletes ``_temporary`` with whatever failed or losing attempts left
+    there.  A task refuses to start writing once ``_temporary`` is gone (the job was
+    committed or aborted).  A shard whose partition reported nothing is written empty by the
+    driver.  Existing non-empty output is refused unless ``overwrite``.  If the job fails for
+    any other reason than the reject limit, ``_temporary`` is deleted and the output holds
+    nothing.
+
+Fault injection (tests): ``TFRECORD_IO_FAIL_FIRST_ATTEMPT=0,3`` (or ``*``) in the driver's
+environment, or ``--conf spark.tfrecordio.failFirstAttempt=0,3``, makes the first attempt of
+those write-stage partitions die (``os._exit``) after writing their first batch (Spark retries
+them).  ``TFRECORD_IO_STALL_FIRST_ATTEMPT=0,3`` (or ``*``), or ``--conf
+spark.tfrecordio.stallFirstAttempt=0,3``, makes it a straggler instead: after writing its first
+batch it sleeps (up to 120 s) holding its partly written file under ``_temporary/<attempt>/``,
+for speculation to copy it (with ``spark.speculation=true`` on a cluster: Spark never speculates
+in local mode, nor on the host where the task already runs); Spark kills it when the copy wins.
+A stalled attempt that wakes to find ``_temporary`` gone fails without writing more.  Both are
+read in the driver and travel to the executors inside the :class:`WriteStage`; only attempt 0
+is affected, so retries and speculative copies run normally.
+
+The functions shipped to executors are instances of module-level classes (:class:`ReadStage`,
+:class:`WriteStage`), picklable with plain ``pickle`` as well as cloudpickle; executors
+must be able to import ``tfrecord_io`` (ship it with ``--py-files``; see :func:`package_zip`).
+
+Read tasks: Spark's split size, ``min(spark.sql.files.maxPartitionBytes, max(openCostInBytes,
+input bytes / default parallelism))``; a compressed file (it cannot be split) or ``multiline``
+input is one task per file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import uuid
+import zipfile
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfrecord_io.core import codec
+
+from tfrecord_io.conversion import columns, parsing
+
+from tfrecord_io.storage import fs, inputs, output
+from tfrecord_io.conversion.options import (DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_SHARD, DEFAULT_MAX_STEPS, ConversionError,
+                                 ConversionOptions, default_num_shards)
+from tfrecord_io.core.schema import Schema, SchemaError
+
+__all__ = [
+    "ConversionError", "ConversionOptions", "DEFAULT_BYTES_PER_SHARD", "DEFAULT_MAX_STEPS",
+    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "ReadStage", "STALL_FIRST_ATTEMPT_CONF",
+    "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "default_num_shards", "package_zip", "run_conversion",
+]
+
+FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_FAIL_FIRST_ATTEMPT"
+FAIL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.failFirstAttempt"
+STALL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_STALL_FIRST_ATTEMPT"
+STALL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.stallFirstAttempt"
+STALL_S = 120.0
+STRAGGLER_WAIT_S = 30.0
+
+# Internal columns (feature names may not start with the prefix).
+_PREFIX = "__tfio_"
+SOURCE = _PREFIX + "source"      # the input file
+START = _PREFIX + "start"        # where the row's split of that file starts (byte offset)
+LINE = _PREFIX + "line"          # the row's line, counted from the split's first line
+RAW = _PREFIX + "raw"            # the input's own text (rejects; every row for SequenceExamples)
+REASON = _PREFIX + "reason"      # why the row is a reject (None: converted)
+_REJECT_COLUMNS = (SOURCE, START, LINE, RAW, REASON)
+
+REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, final_name string, "
+              "records bigint, bytes bigint, input_rows bigint, job_records bigint, rejected bigint, "
+              "rows_in_records bigint, present string")
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+def run_conversion(spark, options: ConversionOptions) -> dict:
+    """Convert ``options.inputs`` to TFRecords under ``options.output``; return the manifest.
+
+    Raises ``FileExistsError`` for existing output (without ``overwrite``),
+    ``RejectLimitExceeded`` when too much was rejected, ``SchemaError`` for a bad schema and
+    ``ConversionError`` for anything else that stops the job; nothing is committed then.
+    """
+    started = time.monotonic()
+    schema = options.load_schema()
+    _check_schema(schema, options)
+    split_config = options.splits(schema)
+    if options.input_format in TABLE_FORMATS:
+        return _convert_dataframe(spark, options, schema, split_config, started)
+    out = options.output
+    job_id = uuid.uuid4().hex[:12]
+    sources = inputs.list_inputs(options.inputs)
+    input_bytes = sum(f.size for f in sources)
+    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
+    found = columns.input_columns([f.path for f in sources], schema, options.input_format, options.multiline)
+    columns.check_columns(schema, found, input_format=options.input_format,
+                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
+                          schema_name=options.schema_name)
+    headers = found if options.input_format == "csv" else {}
+    output.prepare_output(out, overwrite=options.overwrite, inputs=options.inputs,
+                          input_paths=[f.path for f in sources])
+    fs.makedirs(fs.join(out, output.TEMPORARY))
+    sc = spark.sparkContext
+    try:
+        staged, parts, counts, write = _plan(spark, schema, options, sources, headers, job_id, num_shards,
+                                             fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
+                                             stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV,
+                                                                 STALL_FIRST_ATTEMPT_CONF),
+                                             split_config=split_config)
+        sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
+                       interruptOnCancel=True)
+        try:
+            reports = staged.mapInArrow(write, REPORT_DDL).collect()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+            sc.setLocalProperty("spark.job.description", None)
+        _wait_for_stragglers(sc, job_id)
+        files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
+                                                schema.record_type, split_config)
+        rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.value))
+    except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
+        _abort(out)
+        raise
+    except Exception as e:
+        _abort(out)
+        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: "
+                              f"{_spark_message(e)}") from e
+    # Too many rejects: raise before committing anything, keeping _temporary (and the
+    # rejects in it) for inspection, as the message says.
+    output.check_reject_fraction(totals, options.max_reject_fraction)
+    if split_config is None:
+        manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
+                                 engine="spark", max_reject_fraction=options.max_reject_fraction)
+    else:
+        manifest = output.commit_splits(out, split_config, files, rejects, totals, schema=schema,
+                                        compression=options.compression, engine="spark",
+                                        max_reject_fraction=options.max_reject_fraction)
+    manifest = dict(manifest)
+    manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": input_bytes,
+                       "seconds": round(time.monotonic() - started, 3)}
+    return manifest
+
+
+TABLE_FORMATS = ("parquet", "orc", "table")
+_COMPATIBLE = {  # feature type -> Spark column types it takes (value-preserving casts)
+    "int64": ("ByteType", "ShortType", "IntegerType", "LongType", "BooleanType"),
+    "float": ("FloatType", "DoubleType", "ByteType", "ShortType", "IntegerType", "LongType", "DecimalType"),
+    "string": ("StringType", "VarcharType", "CharType"),
+    "bytes": ("BinaryType", "StringType"),
+}
+
+
+def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_config, started: float) -> dict:
+    """``--format parquet|orc|table``: Spark reads the input; columns are matched to features by name
+    and their types checked on the driver before any task; the rows are written by the ``tfrecord``
+    data source (:mod:`tfrecord_io.engines.spark_datasource`): the same contract, rejects and commit."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tfrecord_io.engines import spark_datasource
+
+    if split_config is not None:
+        raise ValueError(f"--split is not yet supported with --format {options.input_format}; convert, then "
+                         f"split with the CSV/JSON job, or split the DataFrame yourself")
+    if schema.record_type != "example":
+        raise SchemaError(f"--format {options.input_format} writes example records; {options.schema_name} is for "
+                          f"{schema.record_type}")
+    fmt, out = options.input_format, options.output
+    try:
+        df = spark.table(options.inputs[0]) if fmt == "table" else spark.read.format(fmt).load(list(options.inputs))
+    except Exception as e:  # AnalysisException: no such path or table
+        raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {_spark_message(e)}") from e
+    where = f"the {fmt} input"
+    columns.check_columns(schema, {where: df.columns}, input_format="table",
+                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
+                          schema_name=options.schema_name)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    selected = []
+    for f in schema.features:
+        dt = types.get(f.name)
+        if dt is None:  # allowed missing: null in every row
+            selected.append(F.lit(None).cast(spark_datasource.spark_type(f)).alias(f.name))
+            continue
+        inner = dt.elementType if isinstance(dt, T.ArrayType) else dt
+        ok = type(inner).__name__ in _COMPATIBLE[f.type] and isinstance(dt, T.ArrayType) == f.is_list
+        if not ok:
+            want = f"an array of {f.type}" if f.is_list else f.type
+            raise SchemaError(f"column {f.name!r} of {where} is {dt.simpleString()}, and feature {f.name!r} is "
+                              f"{want}{' (shape ' + str(list(f.shape)) + ')' if f.is_list else ''}: cast the "
+                              f"column, or change the feature's type")
+        selected.append(F.col(_q(f.name)))
+    files = df.inputFiles()
+    input_bytes = sum(fs.size(u) for u in files) if files else 0
+    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
+    output.prepare_output(out, overwrite=options.overwrite, inputs=[] if fmt == "table" else options.inputs,
+                          input_paths=files)
+    spark.dataSource.register(spark_datasource.JobDataSource)
+    (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
+     .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
+     .option("compression", options.compression).option("maxRejectFraction", str(options.max_reject_fraction))
+     .save(out))
+    manifest = dict(output.read_manifest(out))
+    manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
+                       "seconds": round(time.monotonic() - started, 3)}
+    return manifest
+
+
+def _check_schema(schema: Schema, options: ConversionOptions) -> None:
+    for f in schema.input_features:
+        if f.name.startswith(_PREFIX):
+            raise SchemaError(f"{options.schema_name}: feature name {f.name!r} uses the reserved prefix {_PREFIX!r}")
+
+
+def _abort(out: str) -> None:
+    """Best effort: remove what task attempts wrote (the output then holds nothing)."""
+    try:
+        tmp = fs.join(out, output.TEMPORARY)
+        if fs.exists(tmp):
+            fs.delete(tmp, recursive=True)
+    except OSError:
+        pass
+
+
+def _spark_message(e: BaseException) -> str:
+    """What went wrong, from a (Py4J / PySpark) exception's text: the file Spark was reading, and
+    the root cause -- a Python worker's own exception line, else the last Java ``Caused by``."""
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.lstrip().startswith(("at ", "... ", "File \""))]
+    if not lines:
+        return type(e).__name__
+    picked = [ln for ln in lines if "Encountered error while reading file" in ln][:1]
+    python_error = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exceeded|Interrupt)\b:?", ln)
+                    and not ln.startswith(("org.", "java.", "py4j.", "scala."))]
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    if python_error:
+        picked.append(python_error[-1])
+    elif causes:
+        picked.append(causes[-1])
+    if not picked:
+        picked = [ln for ln in lines if not ln.startswith("An error occurred while calling")][:3] or lines[:1]
+    return "\n".join(dict.fromkeys(picked))
+
+
+def _fault_switch(spark, env: str, conf: str) -> str:
+    """A fault-injection switch (partitions, or ``*``): the conf ``conf``, else the driver's ``$env``."""
+    value = os.environ.get(env, "")
+    try:
+        value = spark.conf.get(conf, value) or value
+    except Exception:  # noqa: BLE001 - an unset conf on some deployments
+        pass
+    return value.strip()
+
+
+def _wait_for_stragglers(sc, job_group: str, timeout: float = STRAGGLER_WAIT_S) -> None:
+    """After the job: wait until no task of it still runs (speculative losers being killed)."""
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + timeout
+    while True:
+        active = 0
+        for job in tracker.getJobIdsForGroup(job_group):
+            info = tracker.getJobInfo(job)
+            for stage in (info.stageIds if info else ()):
+                sinfo = tracker.getStageInfo(stage)
+                active += sinfo.numActiveTasks if sinfo else 0
+        if active == 0 or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression: str, record_type: str,
+                   split_config=None):
+    files: list[output.WrittenFile] = []
+    rejects: list[output.WrittenFile] = []
+    totals = output.ConversionTotals(rows_in_records=0 if record_type == "sequence_example" else None)
+    seen: set[int] = set()
+    presents: list = []
+    for r in reports:
+        wf = output.WrittenFile(r["temp_path"], r["final_name"], int(r["records"]), int(r["bytes"]))
+        if r["kind"] == "rejects":
+            rejects.append(wf)
+            continue
+        files.append(wf)
+        if r["kind"] == "split-shard" and r["partition"] in seen:
+            continue  # one partition's other splits: counted with its first
+        if r["partition"] in seen:  # cannot happen: Spark returns one attempt per partition
+            raise RuntimeError(f"two reports for partition {r['partition']}")
+        seen.add(r["partition"])
+        presents.append(json.loads(r["present"]) if r["present"] else ({} if not int(r["job_records"]) else None))
+        totals.input_rows += int(r["input_rows"])
+        totals.records += int(r["job_records"])
+        totals.rejected += int(r["rejected"])
+        if totals.rows_in_records is not None:
+            totals.rows_in_records += int(r["rows_in_records"])
+    for p in sorted(set(range(num_shards)) - seen):  # a partition that ran no task: empty shards
+        names = [output.shard_name(p, num_shards, compression)] if split_config is None else \
+            [f"{name}/{output.shard_name(p, num_shards, compression)}" for name in split_config.names]
+        for name in names:
+            files.append(output.write_shard([], out, f"{job_id}-driver", name, compression))
+    totals.present = output.sum_present(presents) if record_type == "example" and split_config is None else None
+    return files, rejects, totals
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: input files in splits, parsed by parsing on the executors (the Beam pipeline's parser)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Split:
+    source: str
+    start: int
+    end: int
+    whole: bool  # the whole file, read (and decompressed) by open_input; else a line range
+
+
+def _plan_splits(files: list, *, splittable: bool, parallelism: int, max_split_bytes: int,
+                 open_cost: int) -> list[_Split]:
+    """Read tasks, sized as Spark sizes file splits: ``min(maxPartitionBytes, max(openCostInBytes,
+    bytes / cores))``.  Compressed files and ``multiline`` input are read whole, one task per file."""
+    total = sum(f.size for f in files)
+    size = max(1, min(max_split_bytes, max(open_cost, -(-total // max(1, parallelism)))))
+    splits = []
+    for f in files:
+        if not splittable or inputs.compression_of(f.path) != "none" or f.size <= size:
+            splits.append(_Split(f.path, 0, f.size, True))
+            continue
+        for start in range(0, f.size, size):
+            splits.append(_Split(f.path, start, min(f.size, start + size), False))
+    return splits
+
+
+def _conf_bytes(value) -> int:
+    text = str(value).strip().lower().rstrip("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+
+
+def _line_counts(sc):
+    """An accumulator of {(file, split start): lines in that split} (idempotent: a recomputed split
+    reports the same count)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class Param(AccumulatorParam):
+        def zero(self, value):
+            return {}
+
+        def addInPlace(self, a, b):
+            a.update(b)
+            return a
+
+    return sc.accumulator({}, Param())
+
+
+def _line_offsets(splits: list[_Split], counts: dict) -> dict:
+    """{(file, split start): lines before the split} for every part of a file read in parts."""
+    offsets: dict = {}
+    by_file: dict[str, list[_Split]] = {}
+    for sp in splits:
+        if not sp.whole:
+            by_file.setdefault(sp.source, []).append(sp)
+    for source, parts in by_file.items():
+        before = 0
+        for sp in sorted(parts, key=lambda x: x.start):
+            offsets[(source, sp.start)] = before
+            if (source, sp.start) not in counts:
+                raise RuntimeError(f"no line count was reported for {source} from byte {sp.start}")
+            before += counts[(source, sp.start)]
+    return offsets
+
+
+def _read_schema(schema: Schema):
+    """Spark DDL of the read stage's rows: the features (as parsing types them) and the
+    internal columns that place each row (SOURCE, START, LINE) and carry rejects (RAW, REASON)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import LongType, StringType, BinaryType, StructField, StructType
+
+    fields = list(from_arrow_schema(parsing.input_schema(schema)).fields)
+    return StructType(fields + [StructField(SOURCE, StringType()), StructField(START, LongType()),
+                                StructField(LINE, LongType()), StructField(RAW, BinaryType()),
+                                StructField(REASON, StringType())])
+
+
+@dataclass(frozen=True)
+class ReadStage:
+    """mapInArrow function over splits (rows of source, start, end, whole): parse each with
+    :func:`tfrecord_io.conversion.parsing.read_batches` and yield its rows, converted and rejected alike."""
+
+    schema: Schema
+    input_format: str
+    multiline: bool
+    headers: dict  # CSV with a header: file -> its column names (for splits after the first)
+    line_counts: Any = None  # the _line_counts accumulator
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    @property
+    def target(self) -> pa.Schema:
+        return parsing.input_schema(self.schema)
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            d = batch.to_pydict()
+            for source, start, end, whole in zip(d["source"], d["start"], d["end"], d["whole"]):
+                yield from self._read(_Split(source, int(start), int(end), bool(whole)))
+
+    def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
+        s = self.schema
+        sequence = s.record_type == "sequence_example"
+        keys = (s.group_by, s.order_by or s.group_by) if sequence else ()
+        kw: dict = {}
+        if split.whole:
+            stream, rng = inputs.open_input(split.source), None
+        else:
+            stream, rng = inputs.open_line_range(split.source, split.start, split.end)
+            if self.input_format == "csv" and s.csv.header and split.start > 0:
+                kw["header_names"] = self.headers[split.source]
+        with stream:
+            for pb in parsing.read_batches(stream, s, self.input_format, split.source, block_size=self.block_size,
+                                             multiline=self.multiline, keep_raw=sequence, reject_values=keys, **kw):
+                if pb.rows.num_rows:
+                    yield self._rows(pb, split.start)
+                if pb.rejects:
+                    yield self._rejects(pb, split.start)
+        if rng is not None and self.line_counts is not None:
+            self.line_counts.add({(split.source, split.start): rng.lines})
+
+    def _internal(self, n: int, source: str, start: int, lines, raw, reasons) -> list:
+        return [pa.array([source] * n, pa.string()), pa.array(np.full(n, start, np.int64)),
+                pa.array(np.asarray(lines, np.int64)), raw if raw is not None else pa.nulls(n, pa.binary()),
+                reasons if reasons is not None else pa.nulls(n, pa.string())]
+
+    def _rows(self, pb: parsing.ParsedBatch, start: int) -> pa.RecordBatch:
+        n = pb.rows.num_rows
+        raw = None if pb.raw is None else pb.raw.cast(pa.binary())
+        cols = list(pb.rows.columns) + self._internal(n, pb.source, start, pb.lines, raw, None)
+        return pa.RecordBatch.from_arrays(cols, names=_read_names(self.schema))
+
+    def _rejects(self, pb: parsing.ParsedBatch, start: int) -> pa.RecordBatch:
+        n = len(pb.rejects)
+        values = pb.reject_values or [None] * n
+        cols = []
+        for f in self.target:
+            if f.name in (self.schema.group_by, self.schema.order_by):
+                cols.append(pa.array([None if v is None else v.get(f.name) for v in values], f.type))
+            else:
+                cols.append(pa.nulls(n, f.type))
+        raw = pa.array([None if r["raw"] is None else r["raw"].encode("utf-8") for r in pb.rejects], pa.binary())
+        reasons = pa.array([r["reason"] for r in pb.rejects], pa.string())
+        cols += self._internal(n, pb.source, start, [r["line"] or 0 for r in pb.rejects], raw, reasons)
+        return pa.RecordBatch.from_arrays(cols, names=_read_names(self.schema))
+
+
+def _read_names(schema: Schema) -> list[str]:
+    """The read stage's columns: the input features, then the internal ones."""
+    return [f.name for f in schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
+
+
+def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
+    """The read stage's DataFrame over ``files``, its splits and the line-count accumulator."""
+    sc = spark.sparkContext
+    conf = spark.conf
+    splits = _plan_splits(files, splittable=not opts.multiline, parallelism=sc.defaultParallelism,
+                          max_split_bytes=_conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
+                          open_cost=_conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")))
+    counts = _line_counts(sc)
+    rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
+    df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
+                               "source string, start bigint, end bigint, whole boolean")
+    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts, opts.block_size)
+    return df.mapInArrow(stage, _read_schema(schema)), splits, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+# ---------------------------------------------------------------------------------------------
+def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict, job_id: str,
+          num_shards: int, fail: str = "", stall: str = "", split_config=None):
+    """The DataFrame the write stage runs on, the splits and line counts of the read, the write stage."""
+    from pyspark.sql import functions as F
+
+    prepared, splits, counts = _read_input(spark, schema, opts, files, headers)
+    if schema.record_type == "example":
+        # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
+        # and deterministically, so a recomputed map task sends each row where it went before.
+        staged = prepared.repartition(num_shards, F.col(SOURCE), F.col(START), F.col(LINE))
+        if opts.record_order == "shuffled":  # a random but deterministic order within each shard
+            staged = staged.sortWithinPartitions(F.xxhash64(F.col(SOURCE), F.col(START), F.col(LINE)))
+    else:
+        order = [F.col(_q(schema.group_by))]
+        if schema.order_by and schema.order_by != schema.group_by:
+            order.append(F.col(_q(schema.order_by)))
+        order += [F.col(SOURCE), F.col(START), F.col(LINE)]
+        staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
+    write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
+                       schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
+                       stall_first_attempt=stall, splits=split_config)
+    return staged, splits, counts, write
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _fix_reject_lines(rejects: list, offsets: dict) -> list:
+    """Rejects of files read in parts count lines from their split: add the lines before it
+    (each reject file is rewritten, a line at a time, before the commit moves it)."""
+    if not offsets:
+        return rejects
+    fixed = []
+    for wf in rejects:
+        path = wf.temp_path + ".lines"
+        size = 0
+        with fs.open(wf.temp_path, "rb") as raw, fs.open(path, "wb") as dst:
+            src = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
+            for line in src:
+                row = json.loads(line)
+                start = row.pop("_start", 0)
+                if start and row.get("line"):
+                    row["line"] += offsets[(row["source"], start)]
+                data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                dst.write(data)
+                size += len(data)
+        fs.delete(wf.temp_path)
+        fixed.append(output.WrittenFile(path, wf.final_name, wf.records, size))
+    return fixed
+
+
+# ---------------------------------------------------------------------------------------------
+# Executor side: helpers
+# ---------------------------------------------------------------------------------------------
+def _text(b: bytes | None) -> str | None:
+    return None if b is None else b.decode("utf-8", "backslashreplace")
+
+
+def _binary_list(arr: pa.Array) -> list:
+    """Python values of a string array as bytes (Spark may hand over invalid UTF-8)."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
+    return arr.to_pylist()
+
+
+def _describe(v: Any, limit: int = 60) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit] + "..."
+
+
+def _rows_as_dicts(batch: pa.RecordBatch, names: list[str]) -> list[dict]:
+    """Python rows of some columns (strings and raw text decoded leniently)."""
+    cols = {}
+    for n in names:
+        arr = batch.column(batch.schema.get_field_index(n))
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or (
+                pa.types.is_binary(arr.type) and n == RAW):
+            cols[n] = [_text(b) for b in _binary_list(arr)]
+        else:
+            cols[n] = arr.to_pylist()
+    return [dict(zip(names, vals)) for vals in zip(*(cols[n] for n in names))] if names else \
+        [{} for _ in range(batch.num_rows)]
+
+
+def _as_binary(arr: pa.Array) -> pa.Array:
+    return arr if arr.type == pa.binary() else arr.cast(pa.binary())
+
+
+# ---------------------------------------------------------------------------------------------
+# Executor side: the write stage
+# ---------------------------------------------------------------------------------------------
+class _RejectSpool:
+    """Reject rows kept as JSON lines in a spooled temp file (memory-bounded) until written."""
+
+    def __init__(self):
+        self._file = tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+b")
+        self.count = 0
+
+    def add(self, row: dict) -> None:
+        self._file.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        self.count += 1
+
+    def rows(self) -> Iterator[dict]:
+        self._file.seek(0)
+        for line in self._file:
+            yield json.loads(line)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _rows_equal(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Row-wise equality of two same-typed arrays, nulls equal to nulls, NaN equal to NaN."""
+    a_null = a.is_null().to_numpy(zero_copy_only=False)
+    b_null = b.is_null().to_numpy(zero_copy_only=False)
+    same = a_null & b_null
+    both = ~a_null & ~b_null
+    if not both.any():
+        return same
+    if pa.types.is_list(a.type) or pa.types.is_large_list(a.type):
+        la = pc.fill_null(pc.list_value_length(a), -1).to_numpy(zero_copy_only=False)
+        lb = pc.fill_null(pc.list_value_length(b), -1).to_numpy(zero_copy_only=False)
+        cand = both & (la == lb)
+        if cand.any():
+            mask = pa.array(cand)
+            item_ok = _rows_equal(pc.list_flatten(a.filter(mask)), pc.list_flatten(b.filter(mask)))
+            bad = np.zeros(len(item_ok) + 1, dtype=np.int64)
+            np.cumsum(~item_ok, out=bad[1:])
+            ends = np.cumsum(la[cand].astype(np.int64))
+            starts = ends - la[cand]
+            same[np.flatnonzero(cand)] = (bad[ends] - bad[starts]) == 0
+        return same
+    eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(a.type):
+        eq |= pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(zero_copy_only=False)
+    return same | (both & eq)
+
+
+@dataclass(frozen=True)
+class WriteStage:
+    """mapInArrow function over the N shard partitions: write shard i and its rejects; report them."""
+
+    output: str
+    job_id: str
+    num_shards: int
+    compression: str
+    schema: Schema
+    max_steps: int = DEFAULT_MAX_STEPS
+    fail_first_attempt: str = ""  # fault injection (tests), see the module docstring
+    stall_first_attempt: str = ""
+    splits: Any = None  # tfrecord_io.conversion.splits.Splits: one file per split per shard
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part, attempt_number = ctx.partitionId(), ctx.attemptNumber()
+        attempt = f"{self.job_id}-s{ctx.stageId()}-p{part:05d}-a{attempt_number}-t{ctx.taskAttemptId()}"
+        if not fs.exists(fs.join(self.output, output.TEMPORARY)):
+            raise RuntimeError(f"{self.output}/{output.TEMPORARY} is gone (the job was committed or aborted); "
+                               f"task attempt {attempt} writes nothing")
+        spool = _RejectSpool()
+        stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
+        die = _first_attempt_of(self.fail_first_attempt, part, attempt_number)
+        stall = _first_attempt_of(self.stall_first_attempt, part, attempt_number)
+        if self.schema.record_type == "example":
+            records = self._example_records(batches, spool, stats)
+        else:
+            records = self._sequence_records(batches, spool, stats)
+        if die:
+            records = _after_first_batch(records, lambda: _die(attempt))
+        elif stall:
+            temporary = fs.join(self.output, output.TEMPORARY)
+            records = _after_first_batch(records, lambda: _stall(attempt, temporary))
+        try:
+            final = output.shard_name(part, self.num_shards, self.compression)
+            if self.splits is None:
+                shards = [output.write_shard(records, self.output, attempt, final, self.compression)]
+            else:
+                shards = output.write_split_shards(records, self.output, attempt,
+                                                   [f"{name}/{final}" for name in self.splits.names], self.compression)
+            rejects = output.write_rejects(spool.rows(), self.output, attempt, f"part-{part:05d}.jsonl")
+        finally:
+            spool.close()
+        if sum(w.records for w in shards) != stats["records"]:
+            raise RuntimeError(f"task attempt {attempt}: wrote {sum(w.records for w in shards)} records, counted "
+                               f"{stats['records']}")
+        converted = stats["records"] if self.schema.record_type == "example" else stats["rows_in_records"]
+        if stats["input_rows"] != converted + spool.count:
+            raise RuntimeError(f"task attempt {attempt}: {stats['input_rows']} input rows != {converted} converted "
+                               f"+ {spool.count} rejected")
+        kind = "shard" if self.splits is None else "split-shard"
+        rows = [(kind, w) for w in shards] + ([("rejects", rejects)] if rejects is not None else [])
+        yield pa.RecordBatch.from_pydict({
+            "kind": [k for k, _ in rows],
+            "partition": [part] * len(rows),
+            "attempt": [attempt] * len(rows),
+            "temp_path": [w.temp_path for _, w in rows],
+            "final_name": [w.final_name for _, w in rows],
+            "records": [w.records for _, w in rows],
+            "bytes": [w.bytes for _, w in rows],
+            "input_rows": [stats["input_rows"]] * len(rows),
+            "job_records": [stats["records"]] * len(rows),
+            "rejected": [spool.count] * len(rows),
+            "rows_in_records": [stats["rows_in_records"]] * len(rows),
+            "present": [json.dumps(stats["present"]) if "present" in stats else None] * len(rows),
+        }, schema=_REPORT_SCHEMA)
+
+    # -- Examples -----------------------------------------------------------------------------
+    def _example_records(self, batches, spool: _RejectSpool, stats: dict) -> Iterator[pa.Array]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            stats["input_rows"] += batch.num_rows
+            reason = batch.column(batch.schema.get_field_index(REASON))
+            bad = reason.is_valid().to_numpy(zero_copy_only=False)
+            good_idx = np.flatnonzero(~bad)
+            records, refused = self._encode(batch, good_idx)
+            which = None
+            if self.splits is not None and len(records):
+                encoded_idx = [int(i) for i in good_idx if int(i) not in refused]  # the rows of `records`
+                which, why = self.splits.assign(records.to_pylist())
+                lost = [j for j, w in enumerate(which) if w is None]
+                if lost:  # no value to split by: a reject naming the feature
+                    for j in lost:
+                        refused[encoded_idx[j]] = why[j]
+                    keep = np.ones(len(which), dtype=bool)
+                    keep[lost] = False
+                    records = records.filter(pa.array(keep))
+                    which = [w for w in which if w is not None]
+            if self.splits is None:  # records holding each feature (split outputs do not keep them)
+                kept = ~bad
+                kept[list(refused)] = False
+                stats.setdefault("present", Counter()).update(codec.present_counts(batch, self.schema,
+                                                                                   pa.array(kept)))
+            if refused or bad.any():
+                reasons = reason.to_pylist()
+                for i, why in refused.items():
+                    reasons[i] = why
+                    bad[i] = True
+                bad_idx = np.flatnonzero(bad)
+                rows = _rows_as_dicts(batch.take(pa.array(bad_idx, pa.int64())), list(_REJECT_COLUMNS))
+                for m, i in zip(rows, bad_idx):
+                    m[REASON] = reasons[i]
+                    spool.add(_reject_json(m))
+            if len(records):
+                stats["records"] += len(records)
+                yield records if self.splits is None else (records, which)
+
+    def _encode(self, batch: pa.RecordBatch, good_idx: np.ndarray) -> tuple[pa.Array, dict]:
+        """Encode the good rows; a row the encoder still refuses becomes a reject (row by row)."""
+        if len(good_idx) == 0:
+            return pa.array([], pa.binary()), {}
+        good = batch if len(good_idx) == batch.num_rows else batch.take(pa.array(good_idx, pa.int64()))
+        try:
+            return codec.encode_examples(good, self.schema), {}
+        except (ValueError, TypeError, pa.ArrowException):
+            pass
+        parts, refused = [], {}
+        for j, i in enumerate(good_idx):
+            try:
+                parts.append(_as_binary(codec.encode_examples(good.slice(j, 1), self.schema)))
+            except (ValueError, TypeError, pa.ArrowException) as e:
+                refused[int(i)] = f"cannot encode: {e}"
+        return (pa.concat_arrays(parts) if parts else pa.array([], pa.binary())), refused
+
+    # -- SequenceExamples ---------------------------------------------------------------------
+    def _sequence_records(self, batches, spool: _RejectSpool, stats: dict) -> Iterator[pa.Array]:
+        tail: pa.RecordBatch | None = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            stats["input_rows"] += batch.num_rows
+            batch = self._with_reasons(batch)
+            buf = batch if tail is None or tail.num_rows == 0 else pa.concat_batches([tail, batch])
+            done, tail = self._split_open_group(buf)
+            if done is not None and done.num_rows:
+                out = self._encode_units(done, spool, stats)
+                if out is not None:
+                    yield out
+        if tail is not None and tail.num_rows:
+            out = self._encode_units(tail, spool, stats)
+            if out is not None:
+                yield out
+
+    def _with_reasons(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's feature, position, RAW and REASON columns (row-level problems found when read)."""
+        names = [f.name for f in self.schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
+        return pa.RecordBatch.from_arrays([batch.column(batch.schema.get_field_index(n)) for n in names], names=names)
+
+    def _unit_starts(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Row indices where a record (a group, or a max_steps piece of one) starts."""
+        n = batch.num_rows
+        key = batch.column(batch.schema.get_field_index(self.schema.group_by))
+        new_group = np.ones(n, dtype=bool)
+        if n > 1:
+            same = pc.fill_null(pc.equal(key.slice(1), key.slice(0, n - 1)), False)
+            new_group[1:] = ~same.to_numpy(zero_copy_only=False)
+        group_start = np.flatnonzero(new_group)
+        pos = np.arange(n) - group_start[np.cumsum(new_group) - 1]
+        return np.flatnonzero(new_group | (pos % self.max_steps == 0))
+
+    def _split_open_group(self, buf: pa.RecordBatch) -> tuple[pa.RecordBatch | None, pa.RecordBatch]:
+        """(complete records, the last record, which may continue in the next batch)."""
+        starts = self._unit_starts(buf)
+        cut = int(starts[-1])
+        if cut == 0:
+            return None, buf
+        return buf.slice(0, cut), buf.slice(cut)
+
+    def _encode_units(self, batch: pa.RecordBatch, spool: _RejectSpool, stats: dict) -> pa.Array | None:
+        """Encode the complete records in ``batch``; spool the rows of rejected ones."""
+        s = self.schema
+        n = batch.num_rows
+        starts = self._unit_starts(batch)
+        sizes = np.diff(np.append(starts, n))
+        unit_of = np.repeat(np.arange(len(starts)), sizes)
+        why: dict[int, str] = {}  # unit -> why it is rejected
+        reason = batch.column(batch.schema.get_field_index(REASON))
+        if reason.null_count < n:
+            idx = np.flatnonzero(reason.is_valid().to_numpy(zero_copy_only=False))
+            for i, text in zip(idx, _binary_list(reason.take(pa.array(idx, pa.int64())))):
+                why.setdefault(int(unit_of[i]), f"{_text(text)} (line {self._line(batch, i)})")
+        key = batch.column(batch.schema.get_field_index(s.group_by))
+        for i in np.flatnonzero(key.is_null().to_numpy(zero_copy_only=False)):
+            why.setdefault(int(unit_of[i]), f"group_by feature {s.group_by!r} is null")
+        first = pa.array(starts[unit_of], pa.int64())
+        for f in s.context:
+            if f.name == s.group_by:
+                continue
+            col = batch.column(batch.schema.get_field_index(f.name))
+            for i in np.flatnonzero(~_rows_equal(col, col.take(first))):
+                u = int(unit_of[i])
+                if u not in why:
+                    why[u] = (f"context feature {f.name!r} differs within the group: "
+                              f"{_describe(col[int(i)].as_py())} at line {self._line(batch, i)}, "
+                              f"{_describe(col[int(starts[u])].as_py())} in its first row")
+        good_units = np.ones(len(starts), dtype=bool)
+        good_units[list(why)] = False
+        grouped = self._group(batch, unit_of, sizes, good_units)
+        if grouped is not None:
+            errors = codec.row_errors(grouped, s)  # per record: null steps, lengths, required
+            if any(e is not None for e in errors):
+                good_ids = np.flatnonzero(good_units)
+                keep = np.array([e is None for e in errors], dtype=bool)
+                for u, e in zip(good_ids[~keep], (e for e in errors if e is not None)):
+                    why[int(u)] = e
+                good_units[good_ids[~keep]] = False
+                grouped = grouped.filter(pa.array(keep))
+        self._spool_rejects(batch, unit_of, why, spool)
+        if grouped is None or grouped.num_rows == 0:
+            return None
+        stats["records"] += grouped.num_rows
+        stats["rows_in_records"] += int(sizes[good_units].sum())
+        return _as_binary(codec.encode_sequence_examples(grouped, s))
+
+    def _group(self, batch, unit_of, sizes, good_units) -> pa.RecordBatch | None:
+        """One row per good unit: context from its first row, each sequence column as list of steps."""
+        if not good_units.any():
+            return None
+        sub = batch.filter(pa.array(good_units[unit_of]))
+        offsets = np.concatenate([[0], np.cumsum(sizes[good_units])])
+        first = pa.array(offsets[:-1], pa.int64())
+        cols, names = [], []
+        for f in self.schema.context:
+            cols.append(sub.column(sub.schema.get_field_index(f.name)).take(first))
+            names.append(f.name)
+        for f in self.schema.sequence:
+            steps = sub.column(sub.schema.get_field_index(f.name))
+            cols.append(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), steps))
+            names.append(f.name)
+        return pa.RecordBatch.from_arrays(cols, names=names)
+
+    def _spool_rejects(self, batch, unit_of, why: dict, spool: _RejectSpool) -> None:
+        if not why:
+            return
+        s = self.schema
+        bad_unit = np.zeros(int(unit_of[-1]) + 1, dtype=bool)
+        bad_unit[list(why)] = True
+        rows = np.flatnonzero(bad_unit[unit_of])
+        sub = batch.take(pa.array(rows, pa.int64()))
+        meta = _rows_as_dicts(sub, list(_REJECT_COLUMNS))
+        values = _rows_as_dicts(sub, [f.name for f in s.input_features])
+        for m, v, u in zip(meta, values, unit_of[rows]):
+            if m[REASON] is None:
+                m[REASON] = (f"rejected with its group ({s.group_by}={_describe(v[s.group_by])}), "
+                             f"which holds a bad row: {why[int(u)]}")
+            spool.add(_reject_json(m))
+
+    @staticmethod
+    def _line(batch: pa.RecordBatch, i: int) -> Any:
+        return batch.column(batch.schema.get_field_index(LINE))[int(i)].as_py()
+
+
+_REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("attempt", pa.string()),
+                            ("temp_path", pa.string()), ("final_name", pa.string()), ("records", pa.int64()),
+                            ("bytes", pa.int64()), ("input_rows", pa.int64()), ("job_records", pa.int64()),
+                            ("rejected", pa.int64()), ("rows_in_records", pa.int64()), ("present", pa.string())])
+
+
+def _reject_json(row: dict) -> dict:
+    """A reject of the output contract; ``_start`` (split start, for the driver to make ``line`` the
+    file's line) is removed before the commit."""
+    out = {"source": row[SOURCE], "line": row[LINE] or None, "raw": row[RAW], "reason": row[REASON]}
+    if row[START]:
+        out["_start"] = row[START]
+    return out
+
+
+def _first_attempt_of(spec: str, part: int, attempt_number: int) -> bool:
+    """Does a fault-injection switch (``0,3``, ``*`` or ``all``) pick this task attempt?"""
+    if not spec or attempt_number != 0:
+        return False
+    if spec.strip() in ("*", "all"):
+        return True
+    return str(part) in {p.strip() for p in spec.split(",")}
+
+
+def _after_first_batch(records: Iterator[pa.Array], fault) -> Iterator[pa.Array]:
+    """Fault injection: pass the batches to the writer, calling ``fault()`` right after the first
+    (an empty partition has nothing to fail in the middle of)."""
+    records = iter(records)
+    for batch in records:
+        yield batch
+        fault()
+        break
+    yield from records
+
+
+def _die(attempt: str) -> None:
+    """Kill this Python worker (the attempt fails mid-write)."""
+    sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: killing task attempt {attempt} mid-write\n")
+    sys.stderr.flush()
+    os._exit(86)
+
+
+def _stall(attempt: str, temporary: str, seconds: float = STALL_S) -> None:
+    """Sleep (a straggler) until Spark kills this Python worker, for up to ``seconds``; fail if
+    ``temporary`` is gone by then."""
+    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: stalling task attempt {attempt} mid-write "
+                     f"(python pid {os.getpid()})\n")
+    sys.stderr.flush()
+    started = time.monotonic()
+    gone = False
+    while not gone and time.monotonic() - started < seconds:
+        time.sleep(0.5)
+        gone = not fs.exists(temporary)
+    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
+                     f"{time.monotonic() - started:.1f}s\n")
+    sys.stderr.flush()
+    if gone:
+        raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
+                           f"{attempt} writes nothing more")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipping the package to executors
+# ---------------------------------------------------------------------------------------------
+def package_zip(directory: str) -> str:
+    """Zip the ``tfrecord_io`` package (for ``--py-files`` / ``SparkContext.addPyFile``); return its path."""
+    import tfrecord_io
+
+    root = os.path.dirname(os.path.abspath(tfrecord_io.__file__))
+    path = os.path.join(directory, "tfrecord_io.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for base, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                full = os.path.join(base, name)
+                z.write(full, os.path.join("tfrecord_io", os.path.relpath(full, root)))
+    return path

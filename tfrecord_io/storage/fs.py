@@ -1,0 +1,757 @@
+"""One small filesystem layer: local paths / ``file://`` and ``hdfs://host:port/path``.
+
+Module-level functions dispatch on the URI; Spark and Beam workers call them directly::
+
+    from tfrecord_io.storage import fs
+    with fs.open("hdfs://127.0.0.1:9000/data/part-0.tfrecord", "wb") as f:
+        f.write(payload)
+    fs.glob("hdfs://127.0.0.1:9000/data/part-*.tfrecord")
+
+HDFS goes over native RPC with ``hdfs_native.Client``, configured from the URI's authority, or from
+``HADOOP_CONF_DIR`` (``fs.defaultFS``, name services) when the URI has none (``hdfs:///path``).
+The HDFS user is the calling process's ``HADOOP_USER_NAME``, else its OS user (hdfs-native reads
+both when a client is created; clients are cached per authority + user + process).
+
+Semantics shared by both backends (``tests/test_fs_contract.py`` checks them on both):
+
+* ``open(uri, "rb")`` streams (buffered reads of at most a few MiB per call); ``"wb"`` streams,
+  truncates an existing file and creates missing parent directories; ``"xb"`` is ``"wb"`` that
+  fails with FileExistsError if the file exists.
+* ``ls`` and ``glob`` return sorted URIs in the caller's spelling (a plain path stays a path);
+  ``glob`` supports ``*``, ``?`` and ``[...]``/``[!...]`` in any path component, and ``*`` also
+  matches names starting with a dot.
+* ``rename`` never replaces an existing destination (FileExistsError).
+* ``get_file(uri, local_path)`` copies a whole file to local disk (on HDFS in one streamed read,
+  the fastest way to stage a shard); ``cancelled`` stops it with InterruptedError, and a failed
+  copy leaves no partial file.
+* Errors are built-in exceptions carrying the URI: FileNotFoundError, FileExistsError,
+  PermissionError, IsADirectoryError, NotADirectoryError, OSError(ENOTEMPTY), and
+  :class:`NameNodeUnreachableError` (both a TimeoutError and a ConnectionError) when the NameNode
+  refuses the connection or does not answer within ``TFRECORD_IO_HDFS_TIMEOUT`` seconds (default
+  15).  Every HDFS call is bounded by that timeout, data reads and writes included (in
+  ``get_file``, each wait for data: TimeoutError when a DataNode stops sending).
+
+Processes: a :class:`HdfsFileSystem` pickles to (authority, timeout) and opens its own client in
+the new process; a forked child gets a fresh client too (hdfs-native clients do not survive fork),
+and its first data read waits out hdfs-native's 3 s DataNode connection cache if the parent read
+just before the fork.  Files opened before a fork must not be used in the child.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import errno
+import fnmatch
+import getpass
+import io
+import os
+import re
+import shutil
+import stat
+import threading
+import time
+from typing import BinaryIO, Callable
+from urllib.parse import urlsplit
+
+__all__ = [
+    "FileSystem", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
+    "filesystem_for", "hdfs_timeout", "open", "exists", "isdir", "size", "ls", "glob", "rename",
+    "delete", "makedirs", "get_file", "join",
+]
+
+DEFAULT_HDFS_TIMEOUT = 15.0
+_BUFFER = 4 * 1024 * 1024     # buffered reader/writer size
+# Most bytes asked of HDFS in one (time-bounded) call.  hdfs-native returns each read as a new
+# bytes object; at 1 MiB it stays in the CPU cache.  Copying 385 MB took 0.65-0.74 CPU-s in 1 MiB
+# reads against 0.89-1.33 in 8 MiB reads and 1.25-1.49 in 64 KiB reads (2-core machine).
+_MAX_READ = 1024 * 1024
+_MAGIC = re.compile(r"[*?\[]")
+
+
+class NameNodeUnreachableError(TimeoutError, ConnectionError):
+    """The NameNode refused the connection or did not answer in time."""
+
+
+def hdfs_timeout() -> float:
+    """Seconds any single HDFS call may take: ``$TFRECORD_IO_HDFS_TIMEOUT`` or 15."""
+    value = os.environ.get("TFRECORD_IO_HDFS_TIMEOUT")
+    try:
+        return float(value) if value else DEFAULT_HDFS_TIMEOUT
+    except ValueError as e:
+        raise ValueError(f"TFRECORD_IO_HDFS_TIMEOUT={value!r} is not a number of seconds") from e
+
+
+class FileSystem:
+    """Operations on one kind of storage.  ``uri`` arguments are full URIs (or local paths)."""
+
+    def open(self, uri: str, mode: str = "rb") -> BinaryIO:
+        raise NotImplementedError
+
+    def exists(self, uri: str) -> bool:
+        raise NotImplementedError
+
+    def isdir(self, uri: str) -> bool:
+        raise NotImplementedError
+
+    def size(self, uri: str) -> int:
+        raise NotImplementedError
+
+    def ls(self, uri: str) -> list[str]:
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def delete(self, uri: str, recursive: bool = False) -> None:
+        raise NotImplementedError
+
+    def makedirs(self, uri: str, exist_ok: bool = True) -> None:
+        raise NotImplementedError
+
+    def get_file(self, uri: str, local_path: str, *,
+                 cancelled: Callable[[], bool] | None = None) -> int:
+        """Copy the file at ``uri`` to the local file ``local_path`` (created or truncated).
+
+        Returns the bytes copied.  ``cancelled`` is polled as the copy goes: once it returns True
+        the copy stops with InterruptedError.  ``uri`` is opened first, so a missing or
+        unreadable source leaves ``local_path`` as it was; an error once copying has begun
+        removes it (no partial copy).
+        """
+        with self.open(uri, "rb") as src:
+            dst = _create_local(local_path)
+            try:
+                with dst:
+                    copied = 0
+                    raw = getattr(src, "raw", src)  # no buffered-reader copy
+                    while chunk := raw.read(_MAX_READ):
+                        _check_cancelled(cancelled, uri)
+                        dst.write(chunk)
+                        copied += len(chunk)
+                _check_cancelled(cancelled, uri)
+                return copied
+            except BaseException:
+                _remove_quietly(local_path)
+                raise
+
+    def glob(self, pattern: str) -> list[str]:
+        """Component-wise glob on :meth:`ls` / :meth:`exists` (one listing per wildcard dir)."""
+        prefix, path = _split_prefix(pattern)
+        matches = ["/" if path.startswith("/") else ""]
+        verified = False  # do all matches come from listings (so they exist)?
+        for part in (p for p in path.split("/") if p):
+            if not _MAGIC.search(part):
+                matches = [_join_path(m, part) for m in matches]
+                verified = False
+                continue
+            found = []
+            for m in matches:
+                try:
+                    children = self.ls(prefix + (m or "."))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                for child in children:
+                    name = child.rsplit("/", 1)[-1]
+                    if fnmatch.fnmatchcase(name, part):
+                        found.append(_join_path(m, name))
+            matches, verified = found, True
+        if not verified:
+            matches = [m for m in matches if m and self.exists(prefix + m)]
+        return sorted(prefix + m for m in matches)
+
+
+def _create_local(local_path: str) -> BinaryIO:
+    """``local_path`` opened for writing (created or truncated); errors name it."""
+    try:
+        return builtins.open(local_path, "wb")
+    except OSError as e:
+        raise type(e)(e.errno, e.strerror, local_path) from e
+
+
+def _check_cancelled(cancelled: Callable[[], bool] | None, uri: str) -> None:
+    if cancelled is not None and cancelled():
+        raise InterruptedError(errno.EINTR, "copy cancelled", uri)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _split_prefix(uri: str) -> tuple[str, str]:
+    """("scheme://authority", "/path") for URIs, ("", path) for plain paths."""
+    if "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        authority, slash, path = rest.partition("/")
+        return f"{scheme}://{authority}", slash + path
+    return "", uri
+
+
+def _join_path(base: str, name: str) -> str:
+    if not base:
+        return name
+    return base + name if base.endswith("/") else f"{base}/{name}"
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path components onto a path or URI with single slashes (parts never reset the root)."""
+    out = base
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out = _join_path(out, part)
+    return out
+
+
+# --------------------------------------------------------------------------- local
+
+
+def _local_path(uri: str) -> str:
+    if uri.startswith("file:"):
+        parsed = urlsplit(uri)
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"{uri}: file:// URIs with a remote host are not supported")
+        return parsed.path
+    return uri
+
+
+def _renameat2():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+_RENAMEAT2 = _renameat2()
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1
+
+
+class LocalFileSystem(FileSystem):
+    """Plain paths and ``file://`` URIs, with the same contract as HDFS."""
+
+    def _reraise(self, e: OSError, uri: str):
+        raise type(e)(e.errno, e.strerror, uri) from e
+
+    def open(self, uri, mode="rb"):
+        _check_mode(uri, mode)
+        path = _local_path(uri)
+        try:
+            if mode != "rb":
+                parent = os.path.dirname(os.path.abspath(path))
+                os.makedirs(parent, exist_ok=True)
+            return builtins.open(path, mode)
+        except OSError as e:
+            self._reraise(e, uri)
+
+    def _stat(self, uri):
+        """os.stat, or None if nothing is there; other errors (e.g. permission) propagate."""
+        try:
+            return os.stat(_local_path(uri))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            self._reraise(e, uri)
+
+    def exists(self, uri):
+        return self._stat(uri) is not None
+
+    def isdir(self, uri):
+        st = self._stat(uri)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def size(self, uri):
+        path = _local_path(uri)
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", uri)
+        try:
+            return os.path.getsize(path)
+        except OSError as e:
+            self._reraise(e, uri)
+
+    def ls(self, uri):
+        try:
+            names = os.listdir(_local_path(uri))
+        except OSError as e:
+            self._reraise(e, uri)
+        return sorted(join(uri, name) for name in names)
+
+    def rename(self, src, dst):
+        s, d = os.fsencode(_local_path(src)), os.fsencode(_local_path(dst))
+        if _RENAMEAT2 is not None:
+            if _RENAMEAT2(_AT_FDCWD, s, _AT_FDCWD, d, _RENAME_NOREPLACE) == 0:
+                return
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+                cls = {errno.EEXIST: FileExistsError, errno.ENOTEMPTY: FileExistsError}.get(err)
+                if cls is None:
+                    cls = type(OSError(err, ""))  # the errno's built-in subclass
+                raise cls(err, os.strerror(err), src, None, dst)
+        # No atomic no-replace rename here (non-Linux, or a filesystem without it).
+        if os.path.lexists(d):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), src, None, dst)
+        try:
+            os.rename(s, d)
+        except OSError as e:
+            raise type(e)(e.errno, e.strerror, src, None, dst) from e
+
+    def delete(self, uri, recursive=False):
+        path = _local_path(uri)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path) if recursive else os.rmdir(path)
+            else:
+                os.remove(path)
+        except OSError as e:
+            self._reraise(e, uri)
+
+    def makedirs(self, uri, exist_ok=True):
+        try:
+            os.makedirs(_local_path(uri), exist_ok=exist_ok)
+        except OSError as e:
+            self._reraise(e, uri)
+
+
+def _check_mode(uri: str, mode: str) -> None:
+    if mode not in ("rb", "wb", "xb"):
+        raise ValueError(f"{uri}: unsupported mode {mode!r} (use 'rb', 'wb' or 'xb')")
+
+
+# --------------------------------------------------------------------------- HDFS
+
+
+_RPC_ERROR = re.compile(r'RPCError\("([\w.$]+)", "(.*?)(?:\n|\\n|"\))', re.S)
+_BY_JAVA_CLASS = {
+    "AccessControlException": PermissionError,
+    "AuthorizationException": PermissionError,
+    "FileNotFoundException": FileNotFoundError,
+    "FileAlreadyExistsException": FileExistsError,
+    "AlreadyBeingCreatedException": FileExistsError,
+    "ParentNotDirectoryException": NotADirectoryError,
+    "PathIsNotDirectoryException": NotADirectoryError,
+    "PathIsNotEmptyDirectoryException": OSError,
+}
+_ERRNO = {
+    PermissionError: errno.EACCES, FileNotFoundError: errno.ENOENT, FileExistsError: errno.EEXIST,
+    NotADirectoryError: errno.ENOTDIR, IsADirectoryError: errno.EISDIR,
+}
+
+
+def _map_error(e: BaseException, uri: str) -> OSError:
+    """A built-in OSError subclass for an hdfs-native error, naming ``uri``."""
+    text = str(e)
+    m = _RPC_ERROR.search(text)
+    if m:
+        java_class, message = m.group(1).rsplit(".", 1)[-1], m.group(2).replace('\\"', '"')
+        cls = _BY_JAVA_CLASS.get(java_class, OSError)
+        if java_class == "PathIsNotEmptyDirectoryException":
+            return OSError(errno.ENOTEMPTY, message, uri)
+        if "(is not a directory)" in message:  # a path component is a file
+            cls = NotADirectoryError
+        return cls(_ERRNO.get(cls, errno.EIO), f"{message} ({java_class})", uri)
+    if "DataTransferError" in text:  # hdfs-native's "All DataNodes failed: [<proto dumps>]"
+        nodes = sorted(set(re.findall(r'ip_addr: \\?"([^"\\]+)\\?".*?xfer_port: (\d+)', text)))
+        where = ", ".join(f"{ip}:{port}" for ip, port in nodes) or "none listed"
+        reason = re.search(r'DataTransferError\("([^:"\\]*)', text)
+        return ConnectionError(errno.EIO, f"no DataNode could serve the data "
+                               f"({reason.group(1) if reason else 'DataTransferError'}; "
+                               f"DataNodes tried: {where})", uri)
+    message = text.split("\n", 1)[0].split("\\n", 1)[0]
+    if isinstance(e, (FileNotFoundError, FileExistsError)) and re.search(
+            r"Path is not a file|already exists as a directory", message):
+        return IsADirectoryError(errno.EISDIR, message, uri)
+    for cls in (FileNotFoundError, FileExistsError, PermissionError):
+        if isinstance(e, cls):
+            return cls(_ERRNO[cls], message, uri)
+    if isinstance(e, ConnectionError) or re.search(
+            r"RPC listener disconnected|os error (101|104|110|111|113)\b", text):
+        return NameNodeUnreachableError(errno.ECONNREFUSED, f"NameNode unreachable: {message}", uri)
+    return OSError(errno.EIO, f"{type(e).__name__}: {message}", uri)
+
+
+class HdfsFileSystem(FileSystem):
+    """``hdfs://`` through hdfs-native; every call bounded by ``timeout`` seconds.
+
+    Picklable: a worker gets the authority and timeout and opens its own client on first use.
+    """
+
+    def __init__(self, authority: str = "", timeout: float | None = None):
+        self.authority = authority  # "host:port", or "" for fs.defaultFS from HADOOP_CONF_DIR
+        self.timeout = hdfs_timeout() if timeout is None else float(timeout)
+        self._client_obj = None
+        self._client_pid = None
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return (HdfsFileSystem, (self.authority, self.timeout))
+
+    def __repr__(self):
+        return f"HdfsFileSystem({self.authority!r}, timeout={self.timeout})"
+
+    # -- plumbing
+
+    def _client(self, uri: str):
+        """This process's hdfs-native client (a forked child must not reuse its parent's)."""
+        with self._lock:
+            if self._client_obj is None or self._client_pid != os.getpid():
+                import hdfs_native  # here: the Rust runtime starts only when HDFS is used
+                config = {
+                    # Without these a client retries a dead NameNode for minutes.
+                    "dfs.client.failover.max.attempts": "2",
+                    "dfs.client.failover.sleep.base.millis": "200",
+                    "dfs.client.failover.sleep.max.millis": "1000",
+                    # Twice ours: our own bound (see _call) fires first and says so, and
+                    # abandoned calls still end.
+                    "dfs.client.socket-timeout": str(int(self.timeout * 2000)),
+                }
+                url = f"hdfs://{self.authority}" if self.authority else None
+                try:
+                    self._client_obj = hdfs_native.Client(url, config=config)
+                except Exception as e:
+                    raise ValueError(f"{uri}: cannot set up an HDFS client ({e}); an hdfs:// "
+                                     "URI without host:port needs HADOOP_CONF_DIR with "
+                                     "fs.defaultFS") from e
+                self._client_pid = os.getpid()
+            return self._client_obj
+
+    def _forget_client(self) -> None:
+        """After a call overran: its connection may be wedged; the next call starts afresh."""
+        with self._lock:
+            self._client_obj = None
+
+    def _call(self, uri: str, fn, *args, timeout: float | None = None):
+        """Run ``fn(*args)`` (an hdfs-native call) with the timeout; map its errors.
+
+        hdfs-native releases the GIL, so a watchdog works: the call runs in a daemon thread and
+        is abandoned (not cancelled) if it overruns.  ``timeout`` overrides ``self.timeout``.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        box: dict = {}
+        done = threading.Event()
+
+        def target():
+            try:
+                box["result"] = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, daemon=True, name="tfrecord-io-hdfs").start()
+        if not done.wait(timeout):
+            self._forget_client()
+            raise NameNodeUnreachableError(
+                errno.ETIMEDOUT, f"no answer from HDFS at hdfs://{self.authority} within "
+                f"{timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
+        if "error" in box:
+            raise _map_error(box["error"], uri) from box["error"]
+        return box["result"]
+
+    def _path(self, uri: str) -> str:
+        prefix, path = _split_prefix(uri)
+        if not prefix.startswith("hdfs://"):
+            raise ValueError(f"{uri}: not an hdfs:// URI")
+        return path or "/"
+
+    def _status(self, uri: str):
+        return self._call(uri, self._client(uri).get_file_info, self._path(uri))
+
+    # -- operations
+
+    def open(self, uri, mode="rb"):
+        _check_mode(uri, mode)
+        path = self._path(uri)
+        if mode == "rb":
+            raw = _HdfsReader(self, uri, self._call(uri, self._client(uri).read, path))
+            return io.BufferedReader(raw, buffer_size=_BUFFER)
+        import hdfs_native
+        options = hdfs_native.WriteOptions(overwrite=(mode == "wb"), create_parent=True)
+        raw = _HdfsWriter(self, uri, self._call(uri, self._client(uri).create, path, options))
+        return io.BufferedWriter(raw, buffer_size=_BUFFER)
+
+    def exists(self, uri):
+        try:
+            self._status(uri)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
+
+    def isdir(self, uri):
+        try:
+            return bool(self._status(uri).isdir)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def size(self, uri):
+        status = self._status(uri)
+        if status.isdir:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", uri)
+        return int(status.length)
+
+    def ls(self, uri):
+        path = self._path(uri)
+        client = self._client(uri)
+        entries = self._call(uri, lambda: list(client.list_status(path)))
+        if len(entries) == 1 and not entries[0].isdir and entries[0].path == path.rstrip("/"):
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", uri)  # listing of a file
+        names = [e.path.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        return sorted(join(uri, name) for name in names)
+
+    def rename(self, src, dst):
+        try:
+            self._call(src, self._client(src).rename, self._path(src), self._path(dst), False)
+        except OSError as e:
+            cls = type(e)
+            # e.g. "Source ... and destination ... must both be directories" (file onto a dir)
+            if cls is OSError and self.exists(dst):
+                cls = FileExistsError
+            raise cls(e.errno, e.strerror, src, None, dst) from (e.__cause__ or e)
+
+    def delete(self, uri, recursive=False):
+        if not self._call(uri, self._client(uri).delete, self._path(uri), recursive):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", uri)
+
+    def makedirs(self, uri, exist_ok=True):
+        if not exist_ok and self.exists(uri):
+            raise FileExistsError(errno.EEXIST, "File exists", uri)
+        self._call(uri, self._client(uri).mkdirs, self._path(uri), 0o755, True)
+
+    def get_file(self, uri, local_path, *, cancelled=None):
+        """Copy a whole file in one streamed read (see :meth:`FileSystem.get_file`).
+
+        hdfs-native's ``read_range_stream`` asks each block's DataNode once and hands packets
+        over as they arrive.  Copying 385 MB this way took 0.63 CPU-s in this process against
+        0.82 for 1 MiB ``read()`` calls (each a timed call in its own thread) in the same run,
+        the DataNode's share unchanged, and peak RSS no higher (2-core machine, loopback
+        DataNode).
+
+        The copy runs in a helper thread; the timeout bounds every wait for data rather than
+        the whole copy: no bytes for ``timeout`` seconds (a stalled DataNode) and the copy is
+        abandoned with TimeoutError, as are calls in :meth:`_call`.
+        """
+        _wait_out_parents_connections()
+        reader = self._call(uri, self._client(uri).read, self._path(uri))
+        length = len(reader)
+        dst = _create_local(local_path)
+        progress = {"copied": 0, "at": time.monotonic()}
+        box: dict = {}
+        done, stop = threading.Event(), threading.Event()
+
+        def pump():  # owns dst; once abandoned it writes to an unlinked file, then closes it
+            global _last_data_read
+            try:
+                with dst:
+                    for chunk in reader.read_range_stream(0, length):
+                        if stop.is_set():
+                            return
+                        dst.write(chunk)
+                        progress["copied"] += len(chunk)
+                        progress["at"] = _last_data_read = time.monotonic()
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-copy").start()
+        try:
+            while not done.wait(0.25):
+                _check_cancelled(cancelled, uri)
+                if time.monotonic() - progress["at"] > self.timeout:
+                    self._forget_client()
+                    raise TimeoutError(
+                        errno.ETIMEDOUT, f"no data from HDFS for {self.timeout:g}s while copying "
+                        f"to {local_path} ({progress['copied']} of {length} bytes copied; "
+                        f"TFRECORD_IO_HDFS_TIMEOUT)", uri)
+            if "error" in box:
+                e = box["error"]
+                if isinstance(e, OSError) and e.filename == local_path:
+                    raise e  # writing the local file failed (e.g. disk full)
+                raise _map_error(e, uri) from e
+            _check_cancelled(cancelled, uri)
+            if progress["copied"] != length:
+                raise OSError(errno.EIO, f"copied {progress['copied']} of {length} bytes to "
+                              f"{local_path}: the file changed while it was read", uri)
+            return length
+        except BaseException:
+            stop.set()
+            _remove_quietly(local_path)
+            raise
+
+
+# hdfs-native keeps DataNode connections in a process-global cache for 3 s after a read.  A forked
+# child that picks one up hangs (the socket is driven by the parent's event loop, which the child
+# does not have), so a child forked within that window waits it out before its first data read.
+_DN_CACHE_SECONDS = 3.5
+_last_data_read = 0.0       # time.monotonic() of this process's last DataNode read
+_child_waits_until = 0.0
+
+
+def _after_fork_in_child() -> None:
+    global _child_waits_until
+    _child_waits_until = _last_data_read + _DN_CACHE_SECONDS
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _wait_out_parents_connections() -> None:
+    """Before a data read: in a child forked just after its parent read, wait out the cache."""
+    wait = _child_waits_until - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
+class _HdfsReader(io.RawIOBase):
+    """Streaming reads from an hdfs-native FileReader, each bounded in size and time."""
+
+    def __init__(self, fs: HdfsFileSystem, uri: str, inner):
+        self._fs, self.name, self._inner = fs, uri, inner
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def _read(self, size: int) -> bytes:
+        global _last_data_read
+        _wait_out_parents_connections()
+        data = self._fs._call(self.name, self._inner.read, min(size, _MAX_READ))
+        _last_data_read = time.monotonic()
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``min(size, 1 MiB)`` bytes, as hdfs-native returns them (no copy); all if size < 0."""
+        if size is None or size < 0:
+            return self.readall()
+        return self._read(size) if size else b""
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        chunks = []
+        while chunk := self._read(_MAX_READ):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._inner.tell(), io.SEEK_END: len(self._inner)}
+        self._inner.seek(max(0, base[whence] + offset))  # no I/O: the next read starts there
+        return self._inner.tell()
+
+    def tell(self):
+        return self._inner.tell()
+
+
+class _HdfsWriter(io.RawIOBase):
+    """Streaming writes to an hdfs-native FileWriter; close() completes the file on the NameNode.
+
+    close() drains the data hdfs-native still buffers through the DataNode pipeline, so its
+    bound grows with the size written: the timeout plus one second per CLOSE_BYTES_PER_S.
+    """
+
+    CLOSE_BYTES_PER_S = 4 << 20
+
+    def __init__(self, fs: HdfsFileSystem, uri: str, inner):
+        self._fs, self.name, self._inner = fs, uri, inner
+        self._written = 0
+
+    def writable(self):
+        return True
+
+    def write(self, buffer) -> int:
+        data = bytes(buffer)
+        self._fs._call(self.name, self._inner.write, data)
+        self._written += len(data)
+        return len(data)
+
+    def close(self):
+        if not self.closed:
+            try:
+                self._fs._call(self.name, self._inner.close,
+                               timeout=self._fs.timeout + self._written / self.CLOSE_BYTES_PER_S)
+            finally:
+                super().close()
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+_LOCAL = LocalFileSystem()
+_HDFS_CACHE: dict[tuple, HdfsFileSystem] = {}
+_HDFS_CACHE_LOCK = threading.Lock()
+
+
+def filesystem_for(uri: str) -> FileSystem:
+    """The FileSystem for ``uri``.  HDFS instances are cached per authority, user and process."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in ("", "file") or uri.startswith("file:"):
+        return _LOCAL
+    if scheme != "hdfs":
+        raise ValueError(f"{uri}: unsupported scheme {scheme!r} "
+                         "(use a local path, file:// or hdfs://)")
+    authority = _split_prefix(uri)[0][len("hdfs://"):]
+    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    key = (authority, user, hdfs_timeout(), os.environ.get("HADOOP_CONF_DIR"), os.getpid())
+    with _HDFS_CACHE_LOCK:
+        fs = _HDFS_CACHE.get(key)
+        if fs is None:
+            fs = _HDFS_CACHE[key] = HdfsFileSystem(authority)
+        return fs
+
+
+def open(uri: str, mode: str = "rb") -> BinaryIO:  # noqa: A001 - mirrors builtins.open
+    """Open a file for streaming: ``"rb"``, ``"wb"`` (truncate, create parents) or ``"xb"``."""
+    return filesystem_for(uri).open(uri, mode)
+
+
+def exists(uri: str) -> bool:
+    return filesystem_for(uri).exists(uri)
+
+
+def isdir(uri: str) -> bool:
+    return filesystem_for(uri).isdir(uri)
+
+
+def size(uri: str) -> int:
+    """Length of a file in bytes (IsADirectoryError for a directory)."""
+    return filesystem_for(uri).size(uri)
+
+
+def ls(uri: str) -> list[str]:
+    """Sorted URIs of a directory's entries."""
+    return filesystem_for(uri).ls(uri)
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted URIs matching ``pattern`` (``*``, ``?``, ``[...]`` in any component)."""
+    return filesystem_for(pattern).glob(pattern)
+
+
+def rename(src: str, dst: str) -> None:
+    """Move ``src`` to ``dst`` on the same filesystem; FileExistsError if ``dst`` exists."""
+    fs = filesystem_for(src)
+    if fs is not filesystem_for(dst):
+        raise ValueError(f"rename {src} -> {dst}: not on the same filesystem")
+    fs.rename(src, dst)
+
+
+def delete(uri: str, recursive: bool = False) -> None:
+    """Remove a file, or a directory (non-empty ones only with ``recursive``)."""
+    filesystem_for(uri).delete(uri, recursive)
+
+
+def makedirs(uri: str, exist_ok: bool = True) -> None:
+    filesystem_for(uri).makedirs(uri, exist_ok)
+
+
+def get_file(uri: str, local_path: str, *, cancelled: Callable[[], bool] | None = None) -> int:
+    """Copy ``uri`` to the local file ``local_path``; the bytes copied (see FileSystem.get_file)."""
+    return filesystem_for(uri).get_file(uri, local_path, cancelled=cancelled)

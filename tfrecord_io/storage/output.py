@@ -1,0 +1,408 @@
+"""The output contract shared by every converter (Spark job, Beam pipeline), and its commit protocol.
+
+A finished output directory holds::
+
+    part-00000-of-00004.tfrecord[.gz|.zlib]   the records, one file per shard
+    _rejects/part-00000.jsonl                  rows that did not convert, one JSON object each:
+                                               {"source", "line", "raw", "reason"}
+    _manifest.json                             files with record counts and sizes, totals, schema
+    _SUCCESS                                   written last: the output is complete
+
+Exactly-once: a task attempt writes only under ``_temporary/<attempt>/`` and reports what
+it wrote.  The driver, once the whole job has succeeded, moves exactly one reported
+attempt per shard into place (Spark and Beam report only the winning attempt of a task),
+deletes ``_temporary`` with whatever failed or losing attempts left there, and writes
+``_manifest.json`` and then ``_SUCCESS``.  Readers that wait for ``_SUCCESS`` never see a
+partial output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from tfrecord_io.storage import fs
+from tfrecord_io.core.framing import TFRecordWriter, extension_for, normalize_compression
+
+MANIFEST = "_manifest.json"
+SUCCESS = "_SUCCESS"
+REJECTS = "_rejects"
+TEMPORARY = "_temporary"
+MANIFEST_VERSION = 1
+DEFAULT_MAX_REJECT_FRACTION = 0.01
+
+
+def shard_name(index: int, num_shards: int, compression: str = "none") -> str:
+    """``part-00003-of-00008.tfrecord`` (+ ``.gz`` / ``.zlib`` when compressed)."""
+    return f"part-{index:05d}-of-{num_shards:05d}.tfrecord{extension_for(compression)}"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What one task attempt wrote: ``temp_path`` (absolute URI) and where it goes when committed."""
+
+    temp_path: str
+    final_name: str  # relative to the output directory
+    records: int
+    bytes: int
+
+
+@dataclass
+class ConversionTotals:
+    """Counts that must reconcile: ``input_rows == converted_rows + rejected``.
+
+    For Examples each converted row is one record.  For SequenceExamples a record holds a
+    group of rows, so ``rows_in_records`` counts the rows that went into records.
+    """
+
+    input_rows: int = 0
+    records: int = 0
+    rejected: int = 0
+    rows_in_records: int | None = None
+    present: dict | None = field(default=None, compare=False)  # records holding each feature (Examples)
+
+    @property
+    def converted_rows(self) -> int:
+        return self.records if self.rows_in_records is None else self.rows_in_records
+
+    def as_dict(self) -> dict:
+        out = {"input_rows": self.input_rows, "records": self.records, "rejected": self.rejected}
+        if self.rows_in_records is not None:
+            out["rows_in_records"] = self.rows_in_records
+        return out
+
+
+class RejectLimitExceeded(RuntimeError):
+    """More of the input was rejected than ``--max-reject-fraction`` allows."""
+
+
+def _owned(name: str) -> bool:
+    """Whether an entry of an output directory is one a conversion writes there."""
+    return name in (MANIFEST, SUCCESS, REJECTS, TEMPORARY) or _SHARD_NAME.fullmatch(name) is not None
+
+
+_SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
+
+
+def _previous_splits(output: str) -> set[str]:
+    """The split directories (``--split``) that the conversion which wrote ``output`` made there."""
+    try:
+        return set(read_manifest(output).get("splits") or ())
+    except (OSError, ValueError):
+        return set()
+
+
+def _canonical(uri: str) -> tuple[str, str]:
+    """(filesystem, absolute normalized path) for comparing locations.
+
+    Local paths and ``file://`` URIs resolve symlinks; ``hdfs://`` URIs compare by path alone
+    (``hdfs://nn:8020/a`` and ``hdfs://127.0.0.1:8020/a`` may be the same NameNode).
+    """
+    if uri.startswith("hdfs://"):
+        path = "/" + uri[len("hdfs://"):].partition("/")[2]
+        return "hdfs", posixpath.normpath(path)
+    path = fs._local_path(uri)  # noqa: SLF001 - the one place file:// URIs are parsed
+    return "local", os.path.realpath(path)
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+class OutputOverlapsInput(FileExistsError):
+    """The output directory is an input, contains one, or lies inside one."""
+
+
+def check_output_apart(output: str, input_uris: Iterable[str], input_paths: Iterable[str] = ()) -> None:
+    """Refuse an output that is an input, contains one, or lies inside one (:class:`OutputOverlapsInput`
+    naming both).
+
+    ``input_uris`` are the URIs as given (files, directories, globs); ``input_paths`` the files
+    they list.  Checked before anything is created or deleted, so that ``--overwrite`` can never
+    remove input.
+    """
+    out_fs, out = _canonical(output)
+    for given in (*input_uris, *input_paths):
+        glob = any(c in given for c in "*?[")
+        if glob:  # the files it matched are among input_paths
+            continue
+        in_fs, path = _canonical(given)
+        if in_fs != out_fs:
+            continue
+        if _inside(path, out):
+            raise OutputOverlapsInput(f"output {output} {'is' if path == out else 'contains'} the input {given}: "
+                                      f"choose an output directory apart from the input (--overwrite would "
+                                      f"delete it)")
+        if _inside(out, path) and fs.isdir(given):
+            raise OutputOverlapsInput(f"output {output} lies inside the input directory {given}: choose an "
+                                      f"output directory outside the input")
+
+
+def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
+                   input_paths: Iterable[str] = ()) -> None:
+    """Check the output against the inputs, then refuse an existing non-empty output unless
+    ``overwrite``; with it, delete only what a previous conversion wrote there.
+
+    Raises :class:`OutputOverlapsInput` for an output that overlaps an input and
+    FileExistsError for an existing output that may not be replaced: without ``overwrite``,
+    or (even with it) when the directory holds anything a conversion does not write
+    (``part-*.tfrecord*``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
+    """
+    check_output_apart(output, inputs, input_paths)
+    if fs.exists(output):
+        if not fs.isdir(output):
+            raise FileExistsError(f"output {output} exists and is a file")
+        entries = fs.ls(output)
+        if entries:
+            if not overwrite:
+                raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
+            names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+            splits = _previous_splits(output) if MANIFEST in names else set()
+            foreign = sorted(n for n in names if not _owned(n) and n not in splits)
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                raise FileExistsError(
+                    f"output {output} holds files that no conversion wrote ({shown}); --overwrite only replaces "
+                    f"a previous conversion's output: choose another --output or remove them yourself")
+            for entry in entries:
+                fs.delete(entry, recursive=True)
+    fs.makedirs(output)
+
+
+def attempt_dir(output: str, attempt: str) -> str:
+    return fs.join(output, TEMPORARY, attempt)
+
+
+def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str, *,
+                opener=None) -> WrittenFile:
+    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file.
+
+    ``opener(uri, "wb")`` opens it (default :func:`tfrecord_io.storage.fs.open`; Beam passes its FileSystems).
+    """
+    temp_path = fs.join(attempt_dir(output, attempt), final_name)
+    open_file = opener or fs.open
+    with open_file(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
+        for batch in records:
+            w.write_batch(batch)
+    return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
+
+
+def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str, *,
+                  opener=None) -> WrittenFile | None:
+    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none).
+
+    ``opener`` as for :func:`write_shard`.
+    """
+    temp_path = fs.join(attempt_dir(output, attempt), REJECTS, final_name)
+    count = size = 0
+    f = None
+    try:
+        for row in lines:
+            if f is None:
+                f = (opener or fs.open)(temp_path, "wb")
+            data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            f.write(data)
+            count += 1
+            size += len(data)
+    finally:
+        if f is not None:
+            f.close()
+    return WrittenFile(temp_path, f"{REJECTS}/{final_name}", count, size) if count else None
+
+
+def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float) -> None:
+    if totals.input_rows != totals.converted_rows + totals.rejected:
+        raise RuntimeError(f"counts do not reconcile: {totals.input_rows} input rows != "
+                           f"{totals.converted_rows} converted + {totals.rejected} rejected")
+    if totals.input_rows and totals.rejected / totals.input_rows > max_reject_fraction:
+        raise RejectLimitExceeded(
+            f"{totals.rejected} of {totals.input_rows} input rows were rejected "
+            f"({totals.rejected / totals.input_rows:.2%}), more than --max-reject-fraction "
+            f"{max_reject_fraction:g}; see the reasons under _temporary/*/{REJECTS}/ (output not committed)")
+
+
+def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
+           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+    """Move the winning attempts' files into place, then write ``_manifest.json`` and ``_SUCCESS``.
+
+    ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
+    commits nothing) when too much was rejected.  ``totals.present`` (records holding each
+    feature, :func:`tfrecord_io.core.codec.present_counts`) goes into the manifest when known.
+    """
+    _check_files(files, totals.records)
+    check_reject_fraction(totals, max_reject_fraction)
+    _move(output, [*files, *rejects])
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    manifest = _manifest(engine, schema, compression, files, rejects, totals)
+    if totals.present is not None:
+        manifest["present"] = dict(totals.present)
+    _finish(output, manifest)
+    return manifest
+
+
+def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[WrittenFile],
+                  totals: ConversionTotals, *, schema, compression: str, engine: str,
+                  max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+    """The commit of a split output (``--split``): ``<output>/<split>/`` is a complete output of its
+    own (shards, ``_manifest.json``, ``_SUCCESS``) for each of ``splits.names``; the rejects, a
+    manifest of the whole and ``_SUCCESS`` go at the top, ``_SUCCESS`` last of all.
+
+    ``files``' final names start with their split (``train/part-...``).
+    """
+    _check_files(files, totals.records)
+    check_reject_fraction(totals, max_reject_fraction)
+    by_split: dict[str, list[WrittenFile]] = {name: [] for name in splits.names}
+    for f in files:
+        name, _, rest = f.final_name.partition("/")
+        if name not in by_split or not rest:
+            raise RuntimeError(f"a shard of no split: {f.final_name}")
+        by_split[name].append(f)
+    for name in splits.names:
+        fs.makedirs(fs.join(output, name))
+    _move(output, [*files, *rejects])
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    summary = {}
+    for name, split_files in by_split.items():
+        n = sum(f.records for f in split_files)
+        local = [WrittenFile(f.temp_path, f.final_name.partition("/")[2], f.records, f.bytes) for f in split_files]
+        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0))
+        manifest["split"] = {"name": name, **splits.to_dict()}
+        _finish(fs.join(output, name), manifest)
+        summary[name] = {"records": n, "files": len(split_files)}
+    top = _manifest(engine, schema, compression, [], rejects, totals)
+    del top["files"]
+    top["splits"] = summary
+    top["split_config"] = splits.to_dict()
+    _finish(output, top)
+    return top
+
+
+def _check_files(files: list[WrittenFile], records: int) -> None:
+    names = [f.final_name for f in files]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"more than one attempt reported for a shard: {sorted(names)}")
+    if sum(f.records for f in files) != records:
+        raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, the job counted {records}")
+
+
+def _move(output: str, files: list[WrittenFile]) -> None:
+    if any(f.final_name.startswith(REJECTS + "/") for f in files):  # renames do not create parents
+        fs.makedirs(fs.join(output, REJECTS))
+    for f in files:
+        fs.rename(f.temp_path, fs.join(output, f.final_name))
+
+
+def _manifest(engine: str, schema, compression: str, files: list[WrittenFile], rejects: list[WrittenFile],
+              totals: ConversionTotals) -> dict:
+    return {
+        "format_version": MANIFEST_VERSION,
+        "engine": engine,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "record_type": schema.record_type,
+        "compression": normalize_compression(compression),
+        "schema": schema.to_dict(),
+        "files": [{"path": f.final_name, "records": f.records, "bytes": f.bytes}
+                  for f in sorted(files, key=lambda f: f.final_name)],
+        "rejects": [{"path": f.final_name, "rows": f.records} for f in sorted(rejects, key=lambda f: f.final_name)],
+        "totals": totals.as_dict(),
+    }
+
+
+def _finish(directory: str, manifest: dict) -> None:
+    """``_manifest.json``, then ``_SUCCESS``."""
+    with fs.open(fs.join(directory, MANIFEST), "wb") as f:
+        f.write(json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8"))
+    with fs.open(fs.join(directory, SUCCESS), "wb"):
+        pass
+
+
+def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str], compression: str, *,
+                       opener=None) -> list[WrittenFile]:
+    """Write ``(records, split index per record)`` batches to one temporary file per split
+    (``final_names[i]`` for split i); returns what was written, empty files included."""
+    import numpy as np
+    import pyarrow as pa
+
+    open_file = opener or fs.open
+    comp = normalize_compression(compression)
+    paths = [fs.join(attempt_dir(output, attempt), name) for name in final_names]
+    handles, writers = [], []
+    try:
+        for path in paths:
+            handles.append(open_file(path, "wb"))
+            writers.append(TFRecordWriter(handles[-1], compression=comp))
+        for records, which in batches:
+            which = np.asarray(which)
+            for i, w in enumerate(writers):
+                mask = which == i
+                if mask.all():
+                    w.write_batch(records)
+                elif mask.any():
+                    w.write_batch(records.filter(pa.array(mask)))
+        for w in writers:
+            w.close()
+    finally:
+        for h in handles:
+            h.close()
+    return [WrittenFile(p, n, w.records_written, w.bytes_written) for p, n, w in zip(paths, final_names, writers)]
+
+
+def sum_present(counts: Iterable[dict | None]) -> dict[str, int] | None:
+    """Per-feature present counts of several task reports added up (None if any report lacks them)."""
+    total: dict[str, int] = {}
+    for c in counts:
+        if c is None:
+            return None
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
+
+
+def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compression: str = "none",
+                 engine: str) -> dict:
+    """Write and commit a whole output from already-encoded records, without an engine.
+
+    ``shards`` holds, per shard, an iterable of serialized-record batches (Arrow binary
+    arrays, e.g. from :func:`tfrecord_io.core.codec.encode_examples`).  There are no rejects, so
+    every record is an input row.  Returns the manifest.
+    """
+    shards = list(shards)
+    written = [write_shard(batches, output_dir, f"{engine}-0", shard_name(k, len(shards), compression), compression)
+               for k, batches in enumerate(shards)]
+    n = sum(w.records for w in written)
+    return commit(output_dir, written, [], ConversionTotals(input_rows=n, records=n, rejected=0), schema=schema,
+                  compression=compression, engine=engine)
+
+
+MAX_MANIFEST_BYTES = 256 << 20  # ~2 million files; anything bigger is not a manifest
+
+
+def read_manifest(output: str) -> dict:
+    """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent;
+    ValueError naming it when it is not a manifest), read in bounded time and memory."""
+    path = fs.join(output, MANIFEST)
+    with fs.open(path, "rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest")
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from e
+    except RecursionError as e:
+        raise ValueError(f"{path}: nested too deeply to be a manifest") from e
+    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_VERSION:
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise ValueError(f"{path}: not a tfrecord-io manifest (format_version {str(version)[:40]}, expected "
+                         f"{MANIFEST_VERSION})")
+    return manifest
+
+
+def written_file_dict(f: WrittenFile) -> dict:
+    """A WrittenFile as a plain dict (for returning through Spark rows / Beam elements)."""
+    return asdict(f)
