@@ -24,7 +24,8 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
 from tfrecord_io.core.framing import iter_records
-from tfrecord_io.commands.inspect import inspect_source, resolve_source, sniff_compression
+from tfrecord_io.commands.inspect import inspect_source, resolve_source
+from tfrecord_io.storage.sources import sniff_compression
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.commands.verify import verify_source
 

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     work = Path(args.workdir).resolve()
-    schema = str(Path(__file__).resolve().parent / "schemas" / "taxi.yaml")
+    schema = str(Path(__file__).resolve().parent.parent / "schemas" / "taxi.yaml")
 
     _step(1, f"writing {args.rows:,} sample taxi trips as CSV (+{len(BAD_ROWS)} bad rows) under {work}/input")
     csv_paths = write_sample_csv(work / "input", args.rows)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-TAXI_SCHEMA = Path(__file__).resolve().parent / "schemas" / "taxi.yaml"  # conf/taxi.yaml links here
+TAXI_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "taxi.yaml"  # conf/taxi.yaml links here
 
 
 # Plausible ranges [lo, hi) for the demo's integer columns.
@@ -169,7 +169,7 @@ def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, 
         "final_loss": float(history.history["loss"][-1]),
         "features": names,
     }
-    line = (f"trained {epochs} epoch(s) on {src.description}: {examples:,} examples in {seconds:.1f}s = "
+    line = (f"trained {epochs} epoch(s) on {src.uri}: {examples:,} examples in {seconds:.1f}s = "
             f"{result['examples_per_sec']:,.0f} examples/s")
     if len(epoch_seconds) > 1 and src.total_records:
         # The first epoch also traces and compiles the model; later ones show the steady rate.

@@ -1,17 +1,8 @@
 """``tfrecord-io inspect``, and what a SOURCE is for inspect, verify and stats.
 
-A SOURCE is one of
-
-* an output directory of ours (it has ``_manifest.json``): the files the manifest lists,
-  with its compression, schema and record counts;
-* any other directory: its files, except names starting with ``_`` or ``.``
-  (subdirectories are not entered);
-* a glob (``*``, ``?``, ``[...]``), or a single file.
-
-Local paths, ``file://`` and ``hdfs://`` work alike.  A file's compression is the
-manifest's, else ``--compression``, else implied by its extension (``.gz``/``.gzip``,
-``.zlib``), else sniffed from its first bytes: a valid TFRecord header (length + its
-masked CRC) means uncompressed, the gzip magic ``1f 8b`` gzip, a zlib header zlib.
+A SOURCE is an output directory, any directory, a glob or a file, local or ``hdfs://``, with a
+file's compression from the manifest, ``--compression``, its extension or its first bytes: see
+:mod:`tfrecord_io.storage.sources`, which resolves sources for every reader.
 
 ``inspect`` prints the files, the record count (the manifest's, or counted by reading
 every file), the schema (the manifest's, or inferred from the first ``--sample`` records:
@@ -36,203 +27,30 @@ import base64
 import json
 import multiprocessing
 import os
-import struct
 import sys
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from tfrecord_io.storage import fs
 from tfrecord_io.core.decode import RecordDecodeError, decode_record, record_to_json
-from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
-from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
+from tfrecord_io.storage import sources
+from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
 from tfrecord_io.commands.progress import Progress, progress_enabled
 
 __all__ = [
-    "SourceFile", "Source", "resolve_source", "sniff_compression", "iter_file_records", "map_files",
+    "SourceFile", "Source", "resolve_source", "iter_file_records", "map_files",
     "infer_from_records", "configure", "run",
 ]
 
 DEFAULT_HEAD = 5
 DEFAULT_SAMPLE = 1000
-_GLOB_CHARS = "*?["
-
-
-# ---------------------------------------------------------------------------------------
-# Sources
-# ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SourceFile:
-    """One record file of a source.
-
-    ``size`` is its size now (None when it does not exist); ``manifest_records`` and
-    ``manifest_bytes`` what the manifest says (None without a manifest).
-    """
-
-    uri: str
-    name: str
-    compression: str
-    compression_from: str  # "manifest" | "option" | "extension" | "sniffed"
-    size: int | None
-    manifest_records: int | None = None
-    manifest_bytes: int | None = None
-
-
-@dataclass
-class Source:
-    uri: str
-    files: list[SourceFile]
-    is_dir: bool = False
-    manifest: dict | None = None
-    success: bool | None = None          # _SUCCESS present (directories only)
-    extra_entries: list[str] = field(default_factory=list)  # files beside a manifest it does not list
-    schema: Any = None                   # tfrecord_io.core.schema.Schema, from the manifest or --schema
-    schema_from: str | None = None       # "manifest" | "option"
-
-    @property
-    def record_type(self) -> str | None:
-        return self.schema.record_type if self.schema is not None else None
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size or 0 for f in self.files)
-
-
-def _hidden(uri: str) -> bool:
-    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
-
-
-def _relative(base: str, uri: str) -> str:
-    base = base.rstrip("/") + "/"
-    return uri[len(base):] if uri.startswith(base) else uri.rstrip("/").rsplit("/", 1)[-1]
-
-
-def sniff_compression(uri: str) -> str:
-    """``"none"``, ``"gzip"`` or ``"zlib"`` from a file's first bytes (see the module doc)."""
-    with fs.open(uri, "rb") as f:
-        head = f.read(12)
-    if len(head) == 12:
-        (length_crc,) = struct.unpack_from("<I", head, 8)
-        if masked_crc32c(head[:8]) == length_crc:
-            return "none"
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] >> 4) <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
-        return "zlib"
-    return "none"
-
-
-def _compression_for(uri: str, option: str | None, manifest: dict | None,
-                     exists: bool = True) -> tuple[str, str]:
-    if manifest is not None and manifest.get("compression") is not None:
-        try:
-            return normalize_compression(manifest["compression"]), "manifest"
-        except ValueError as e:
-            raise ValueError(f"{MANIFEST}: {e}") from e
-    if option not in (None, "auto"):
-        return normalize_compression(option), "option"
-    by_name = compression_from_path(uri)
-    if by_name != "none" or not exists:
-        return by_name, "extension"
-    return sniff_compression(uri), "sniffed"
-
-
-def _size_or_none(uri: str) -> int | None:
-    try:
-        return fs.size(uri)
-    except FileNotFoundError:
-        return None
 
 
 def resolve_source(uri: str, *, compression: str | None = None, schema_uri: str | None = None) -> Source:
-    """Find a SOURCE's files, manifest and schema (see the module doc).
-
-    Raises FileNotFoundError when nothing is there or a directory holds no record files,
-    ValueError for a manifest or schema that cannot be read.
-    """
-    from tfrecord_io.core.schema import Schema, SchemaError
-
-    if compression not in (None, "auto"):
-        normalize_compression(compression)  # fail early on a bad option
-    uri = uri.rstrip("/") or uri
-    source = Source(uri=uri, files=[])
-    if any(c in uri for c in _GLOB_CHARS):
-        matches = [m for m in fs.glob(uri) if not _hidden(m) and not fs.isdir(m)]
-        if not matches:
-            raise FileNotFoundError(f"{uri}: no files match")
-        source.files = [SourceFile(m, _relative(uri.rsplit("/", 1)[0], m),
-                                   *_compression_for(m, compression, None), _size_or_none(m))
-                        for m in matches]
-    elif not fs.exists(uri):
-        raise FileNotFoundError(f"{uri}: no such file or directory")
-    elif fs.isdir(uri):
-        source.is_dir = True
-        source.success = fs.exists(fs.join(uri, SUCCESS))
-        entries = fs.ls(uri)
-        if fs.exists(fs.join(uri, MANIFEST)):
-            try:
-                manifest = read_manifest(uri)
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{uri}: cannot read {MANIFEST}: {e}") from e
-            source.manifest = manifest
-            try:
-                source.schema = Schema.from_dict(manifest["schema"])
-                source.schema_from = "manifest"
-            except (KeyError, SchemaError) as e:
-                raise ValueError(f"{fs.join(uri, MANIFEST)}: no valid schema: {e}") from e
-            listed = []
-            for entry in manifest.get("files", []):
-                try:
-                    path, records, nbytes = entry["path"], int(entry["records"]), int(entry["bytes"])
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"{fs.join(uri, MANIFEST)}: bad files entry {entry!r}: {e}") from e
-                file_uri = fs.join(uri, path)
-                listed.append(file_uri)
-                size = _size_or_none(file_uri)
-                comp, comp_from = _compression_for(file_uri, compression, manifest, exists=size is not None)
-                source.files.append(SourceFile(file_uri, path, comp, comp_from, size, records, nbytes))
-            listed_set = set(listed)
-            source.extra_entries = [_relative(uri, e) for e in entries
-                                    if not _hidden(e) and e not in listed_set and not fs.isdir(e)]
-        else:
-            files = [e for e in entries if not _hidden(e) and not fs.isdir(e)]
-            if not files:
-                raise FileNotFoundError(f"{uri}: a directory with no record files (and no {MANIFEST})")
-            source.files = [SourceFile(f, _relative(uri, f), *_compression_for(f, compression, None),
-                                       _size_or_none(f)) for f in files]
-    else:
-        source.files = [SourceFile(uri, uri.rsplit("/", 1)[-1], *_compression_for(uri, compression, None),
-                                   _size_or_none(uri))]
-    if schema_uri:
-        try:
-            source.schema = Schema.load(schema_uri)
-        except SchemaError as e:
-            raise ValueError(f"--schema {schema_uri}: {e}") from e
-        source.schema_from = "option"
-    return source
-
-
-class _CountingReader:
-    """A read-only file wrapper that reports how many bytes were read."""
-
-    def __init__(self, f, report: Callable[[int], None] | None):
-        self._f, self._report = f, report
-        self.name = getattr(f, "name", None)
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
-        if self._report is not None and data:
-            self._report(len(data))
-        return data
-
-
-def iter_file_records(file: SourceFile, *, verify: bool = True,
-                      report: Callable[[int], None] | None = None) -> Iterator[tuple[int, bytes]]:
-    """``(offset, data)`` for each record of one file; raises CorruptRecordError naming it."""
-    with fs.open(file.uri, "rb") as f:
-        yield from iter_records(_CountingReader(f, report), name=file.uri,
-                                compression=file.compression, verify=verify)
+    """A SOURCE as the diagnostic commands see it: anything, committed or not, with every file's
+    size, and compression sniffed where the name implies none (:mod:`tfrecord_io.storage.sources`)."""
+    return sources.resolve_source(uri, compression=compression, schema=schema_uri or None, sniff=True, sizes=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -444,14 +262,15 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
     """Everything ``inspect`` shows, as JSON-ready data."""
     files = [{"path": f.name, "uri": f.uri, "compression": f.compression,
               "compression_from": f.compression_from, "bytes": f.size,
-              **({"records": f.manifest_records} if f.manifest_records is not None else {})}
+              **({"records": f.records} if f.records is not None else {})}
              for f in source.files]
     out: dict[str, Any] = {"source": source.uri}
     if source.manifest is not None:
-        totals = source.manifest.get("totals", {})
-        out["manifest"] = {"engine": source.manifest.get("engine"), "created": source.manifest.get("created"),
+        raw = source.manifest.raw
+        totals = raw.get("totals", {})
+        out["manifest"] = {"engine": raw.get("engine"), "created": raw.get("created"),
                            "totals": totals, "success": source.success}
-        out["records"] = sum(f.manifest_records or 0 for f in source.files)
+        out["records"] = sum(f.records or 0 for f in source.files)
         out["records_from"] = "manifest"
     else:
         readable = [f for f in source.files if f.size is not None]

@@ -500,9 +500,9 @@ class _Pending:
 
 
 def file_stats(file, _context, report) -> SourceStats:
-    """Statistics of one file (a :class:`~tfrecord_io.commands.inspect.SourceFile`); runs in a worker."""
+    """Statistics of one file (a :class:`~tfrecord_io.storage.sources.SourceFile`); runs in a worker."""
     from tfrecord_io.core.decode import RecordDecodeError, decode_record
-    from tfrecord_io.commands.inspect import iter_file_records
+    from tfrecord_io.storage.sources import iter_file_records
 
     out = SourceStats()
     pending: dict[tuple[str, str], _Pending] = {}
@@ -708,7 +708,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_counts(records: int, source) -> int:
     """0, or 3 (problems found) when the manifest's count is not what the files hold; a warning
     when there is nothing to describe."""
-    listed = [f.manifest_records for f in source.files]
+    listed = [f.records for f in source.files]
     if source.manifest is not None and None not in listed and sum(listed) != records:
         print(f"tfrecord-io stats: error: {source.uri}: _manifest.json says {sum(listed)} records, the files hold "
               f"{records}: the statistics describe the files; run `tfrecord-io verify {source.uri}`", file=sys.stderr)

@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from tfrecord_io.storage import fs
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.framing import CorruptRecordError
-from tfrecord_io.commands.inspect import (
-    Source, SourceFile, add_source_arguments, iter_file_records, map_files, resolve_source,
-)
+from tfrecord_io.commands.inspect import add_source_arguments, map_files, resolve_source
+from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, TEMPORARY
 
 __all__ = ["Problem", "VerifyResult", "check_record", "verify_source", "configure", "run"]
@@ -221,10 +220,10 @@ def _count_lines(uri: str) -> int:
 
 
 def _manifest_problems(source: Source) -> list[Problem]:
-    m = source.manifest
     out: list[Problem] = []
-    if m is None:
+    if source.manifest is None:
         return out
+    m = source.manifest.raw
     if not source.success:
         out.append(Problem("manifest", f"{SUCCESS} is missing: the output was never committed", SUCCESS))
     for name in source.extra_entries:
@@ -232,7 +231,7 @@ def _manifest_problems(source: Source) -> list[Problem]:
     if fs.exists(fs.join(source.uri, TEMPORARY)):
         out.append(Problem("manifest", "left behind by a job (a committed output has none)", TEMPORARY))
     totals = m.get("totals") or {}
-    listed = sum(f.manifest_records or 0 for f in source.files)
+    listed = sum(f.records or 0 for f in source.files)
     if "records" in totals and totals["records"] != listed:
         out.append(Problem("manifest", f"totals.records is {totals['records']}, the files entries add up to {listed}",
                            MANIFEST))
@@ -288,11 +287,11 @@ def verify_source(source: Source, *, workers: int | None = None, progress: bool 
         count += fc.problem_count
         by_check.update(fc.by_check)
         by_reason.update(fc.by_reason)
-        if f.manifest_bytes is not None and f.size != f.manifest_bytes:
-            add(Problem("manifest", f"the manifest says {f.manifest_bytes} bytes, the file has {f.size}", f.name),
+        if f.bytes is not None and f.size != f.bytes:
+            add(Problem("manifest", f"the manifest says {f.bytes} bytes, the file has {f.size}", f.name),
                 "file size differs from the manifest")
-        if f.manifest_records is not None and fc.framing_ok and fc.records != f.manifest_records:
-            add(Problem("manifest", f"the manifest says {f.manifest_records} records, the file has {fc.records}",
+        if f.records is not None and fc.framing_ok and fc.records != f.records:
+            add(Problem("manifest", f"the manifest says {f.records} records, the file has {fc.records}",
                         f.name), "record count differs from the manifest")
     for p in _manifest_problems(source):
         add(p, p.message if p.file != MANIFEST else "totals")

@@ -359,16 +359,12 @@ def spark_struct(schema: Schema) -> str:
 
 
 def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None]:
-    """[(file, compression)] of a source, and the manifest's schema if it has one."""
-    from tfrecord_io.storage import inputs
-    from tfrecord_io.core.framing import compression_from_path
+    """[(file, compression)] of a source (:mod:`tfrecord_io.storage.sources`: an output directory
+    by its manifest, any other directory, glob or file by listing), and the manifest's schema."""
+    from tfrecord_io.storage import sources
 
-    if fs.isdir(path) and fs.exists(fs.join(path, output.MANIFEST)):
-        manifest = output.read_manifest(path)
-        comp = manifest.get("compression", "none")
-        return [(fs.join(path, f["path"]), comp) for f in manifest["files"]], Schema.from_dict(manifest["schema"])
-    files = [f.path for f in inputs.list_inputs(path)]
-    return [(f, "zlib" if f.endswith(".deflate") else compression_from_path(f)) for f in files], None
+    src = sources.resolve_source(path)
+    return [(f.uri, f.compression) for f in src.files], src.manifest.schema if src.manifest else None
 
 
 def schema_from_records(records) -> Schema:

@@ -84,20 +84,21 @@ import os
 import secrets
 import struct
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from tfrecord_io.storage import fs
-from tfrecord_io.core.framing import (HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, compression_from_path, frame_records,
+from tfrecord_io.core.framing import (HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, frame_records,
                                  normalize_compression, read_records)
+from tfrecord_io.storage import sources
 from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, tf_can_open
+from tfrecord_io.storage.sources import Source, SourceFile
 from tfrecord_io.core.schema import Schema
 
 __all__ = [
-    "DEFAULT_SHUFFLE_BUFFER", "LoaderOptions", "LoaderStats", "ShardFile", "Source",
+    "DEFAULT_SHUFFLE_BUFFER", "LoaderOptions", "LoaderStats", "SourceFile", "Source",
     "input_fn", "make_dataset", "prefetch_to_gpu", "resolve_source", "steps_per_epoch",
 ]
 
@@ -116,7 +117,6 @@ _SHARDS_PER_CYCLE = 3
 AUTOTUNE_MIN_CPUS = 5
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 _ON_CORRUPT = ("error", "skip")
-_MAGIC = "*?["
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,166 +280,25 @@ class LoaderStats:
 
 
 # ---------------------------------------------------------------------------------------
-# Sources
+# Sources (resolved by tfrecord_io.storage.sources, as for every reader)
 # ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ShardFile:
-    """One file to read: where, how it is compressed, and (from a manifest) what it holds."""
-
-    uri: str
-    compression: str                 # "none" | "gzip" | "zlib"
-    records: int | None = None
-    bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class Source:
-    """A resolved ``source``: its files in a stable (sorted) order, and what the manifest says."""
-
-    description: str
-    files: tuple[ShardFile, ...]
-    schema: Schema | None = None
-    record_type: str | None = None
-    manifest: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def total_records(self) -> int | None:
-        if any(f.records is None for f in self.files):
-            return None
-        return sum(f.records for f in self.files)
-
-
-def _is_hidden(uri: str) -> bool:
-    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
-
-
-def _file_compression(uri: str, compression: str) -> str:
-    return compression_from_path(uri) if compression == "auto" else compression
-
-
 def resolve_source(source: Any, compression: str = "auto") -> Source:
-    """Turn ``source`` (output directory, glob, file, or list of files) into a :class:`Source`.
-
-    Reads only metadata: ``_SUCCESS`` and ``_manifest.json`` of an output directory, a listing
-    for a glob, an existence check per listed file.
-    """
-    if isinstance(source, Source):
-        return source
-    if compression != "auto":
-        compression = normalize_compression(compression)
-    if isinstance(source, (str, os.PathLike)):
-        text = os.fspath(source)
-        if not isinstance(text, str) or not text:
-            raise TypeError(f"source must be a non-empty path, URI or list of them, got {source!r}")
-        if any(c in text for c in _MAGIC):
-            return _from_glob(text, compression)
-        try:
-            is_dir = fs.isdir(text)
-        except ValueError as e:
-            raise ValueError(f"source {text}: {e}") from e
-        if is_dir:
-            return _from_output_dir(text.rstrip("/") or "/", compression)
-        if not fs.exists(text):
-            raise FileNotFoundError(f"source {text} does not exist (expected an output directory, "
-                                    f"a glob or a TFRecord file)")
-        return Source(text, (ShardFile(text, _file_compression(text, compression)),))
-    if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
-        items = [os.fspath(s) if isinstance(s, os.PathLike) else s for s in source]
-        bad = [s for s in items if not isinstance(s, str) or not s]
-        if bad:
-            raise TypeError(f"a list source must hold file paths or URIs, got {bad[0]!r}")
-        missing, dirs = [], []
-        for uri in items:
-            if not fs.exists(uri):
-                missing.append(uri)
-            elif fs.isdir(uri):
-                dirs.append(uri)
-        if missing:
-            raise FileNotFoundError(f"{len(missing)} of the {len(items)} source files do not exist: "
-                                    f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        if dirs:
-            raise IsADirectoryError(f"a list source must name files, not directories: {', '.join(dirs[:5])} "
-                                    f"(pass an output directory on its own, or a glob)")
-        files = tuple(ShardFile(u, _file_compression(u, compression)) for u in items)
-        desc = items[0] if len(items) == 1 else f"{len(items)} files ({items[0]}, ...)"
-        return Source(desc, files)
-    raise TypeError(f"source must be an output directory, a glob, a file or a list of files; "
-                    f"got {type(source).__name__}")
-
-
-def _from_glob(pattern: str, compression: str) -> Source:
-    try:
-        matches = fs.glob(pattern)
-    except ValueError as e:
-        raise ValueError(f"source {pattern}: {e}") from e
-    files = []
-    for uri in matches:
-        if _is_hidden(uri) or fs.isdir(uri):
-            continue
-        files.append(ShardFile(uri, _file_compression(uri, compression)))
-    if not files:
-        raise FileNotFoundError(f"no files match {pattern}" + (
-            f" (only {len(matches)} hidden files or directories)" if matches else ""))
-    return Source(pattern, tuple(files))
-
-
-def _from_output_dir(directory: str, compression: str) -> Source:
-    from tfrecord_io.storage import output
-
-    if not fs.exists(fs.join(directory, output.SUCCESS)):
-        raise ValueError(
-            f"{directory} is not a committed tfrecord-io output: it has no {output.SUCCESS} marker "
-            f"(the job is still running or failed, or this is not an output directory). Refusing to "
-            f"read a possibly partial output; for plain TFRecord files pass a glob such as "
-            f"{fs.join(directory, '*.tfrecord*')!r} and schema=")
-    try:
-        manifest = output.read_manifest(directory)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(
-            f"{directory} has {output.SUCCESS} but no {output.MANIFEST}: it was not written by "
-            f"tfrecord-io; pass a glob of its files and schema= instead") from e
-    path = fs.join(directory, output.MANIFEST)
-    try:
-        schema = Schema.from_dict(manifest["schema"])
-        entries = manifest["files"]
-        manifest_compression = normalize_compression(manifest.get("compression"))
-        files = tuple(
-            ShardFile(fs.join(directory, e["path"]),
-                      manifest_compression if compression == "auto" else compression,
-                      int(e["records"]), int(e["bytes"]) if e.get("bytes") is not None else None)
-            for e in entries)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: not a valid manifest ({type(e).__name__}: {e})") from e
-    present = set(fs.ls(directory))
-    missing = [f.uri for f in files if f.uri not in present and not fs.exists(f.uri)]
-    if missing:
-        raise FileNotFoundError(f"{directory}: {len(missing)} files listed in {output.MANIFEST} are missing: "
-                                f"{', '.join(missing[:5])}")
-    files = tuple(sorted(files, key=lambda f: f.uri))
-    return Source(directory, files, schema, manifest.get("record_type", schema.record_type), manifest)
+    """Turn ``source`` (a committed output directory, glob, file, or list of files) into a
+    :class:`~tfrecord_io.storage.sources.Source`.  Reads only metadata: ``_SUCCESS`` and
+    ``_manifest.json`` of an output directory, a listing for a glob, an existence check per listed file."""
+    return sources.resolve_source(source, compression=compression, committed=True)
 
 
 def _resolve_schema(schema: Any, src: Source) -> Schema:
     if schema is None:
         if src.schema is None:
-            raise ValueError(f"schema= is required: source {src.description} is not an output directory "
+            raise ValueError(f"schema= is required: source {src.uri} is not an output directory "
                              f"with a _manifest.json to take the schema from")
         return src.schema
-    if isinstance(schema, Schema):
-        resolved = schema
-    elif isinstance(schema, Mapping):
-        resolved = Schema.from_dict(schema)
-    elif isinstance(schema, (str, os.PathLike)):
-        resolved = Schema.load(os.fspath(schema))
-    else:
-        raise TypeError(f"schema must be a Schema, a dict or a path to a YAML schema, got {type(schema).__name__}")
-    if src.record_type is not None and resolved.record_type != src.record_type:
-        raise ValueError(f"schema= is for {resolved.record_type} records but {src.description} holds "
-                         f"{src.record_type} records")
-    return resolved
+    return sources.resolve_source(src, schema=schema).schema
 
 
-def _pipeline_files(files: Sequence[ShardFile], input_context) -> tuple[list[ShardFile], tuple[int, int] | None]:
+def _pipeline_files(files: Sequence[SourceFile], input_context) -> tuple[list[SourceFile], tuple[int, int] | None]:
     """This input pipeline's files -- every ``num_input_pipelines``-th, from ``input_pipeline_id`` --
     and None; or, with fewer files than pipelines, all files and ``(pipelines, id)``: the pipeline
     then takes every n-th record (each pipeline reads every file: slower, with a warning)."""
@@ -457,7 +316,7 @@ def _check_present(schema: Schema, src: Source) -> None:
     """Refuse, before the first batch, a feature that TensorFlow would require (a scalar or ``[k]``
     feature without a default) but that the manifest says some records lack: parsing would stop
     at the first such batch with TF's "Feature: NAME ... is required but could not be found"."""
-    present = (src.manifest or {}).get("present")
+    present = src.manifest.present if src.manifest is not None else None
     total = src.total_records
     if schema.record_type != "example" or not present or total is None:
         return
@@ -467,7 +326,7 @@ def _check_present(schema: Schema, src: Source) -> None:
         missing = total - int(present[f.name])
         if missing > 0:
             raise ValueError(
-                f"feature {f.name!r} is missing from {missing:,} of {total:,} records of {src.description} and has "
+                f"feature {f.name!r} is missing from {missing:,} of {total:,} records of {src.uri} and has "
                 f"no default, so parsing would fail at the first batch holding one: give it a default "
                 f"(make_dataset(schema=...) with 'default:' set, or in the schema before converting), or leave "
                 f"it out with features=[...]")
@@ -524,7 +383,7 @@ class _FileChecker:
     reader reads the file to find the bad record (file, offset, which check).
     """
 
-    def __init__(self, files: Sequence[ShardFile], on_corrupt: str, stats: LoaderStats,
+    def __init__(self, files: Sequence[SourceFile], on_corrupt: str, stats: LoaderStats,
                  cache: ShardCache | None):
         self.files, self.on_corrupt, self.stats, self.cache = files, on_corrupt, stats, cache
 
@@ -554,7 +413,7 @@ class _FileChecker:
             return tf.io.gfile.GFile(path, "rb")
         return open(_local_path(path), "rb")
 
-    def _check(self, path: str, f: ShardFile, n: int,
+    def _check(self, path: str, f: SourceFile, n: int,
                nbytes: int) -> tuple[CorruptFile | None, Exception | None, list[bytes]]:
         """``(problem, error, recovered)``: ``(None, None, [])`` when TF read the whole file.
 
@@ -613,7 +472,7 @@ class _LengthGuard:
     ``on_corrupt="skip"`` TensorFlow is given a copy of the records before it instead.
     """
 
-    def __init__(self, files: Sequence[ShardFile], on_corrupt: str):
+    def __init__(self, files: Sequence[SourceFile], on_corrupt: str):
         self.files, self.on_corrupt = files, on_corrupt
         self._ok: set = set()
         self._lock = threading.Lock()
@@ -638,7 +497,7 @@ class _LengthGuard:
         return self._records_before(local, f, bad.offset).encode("utf-8"), _TF_COMPRESSION[f.compression]
 
     @staticmethod
-    def _first_bad(local: str, f: ShardFile, size: int) -> CorruptRecordError | None:
+    def _first_bad(local: str, f: SourceFile, size: int) -> CorruptRecordError | None:
         if f.compression == "none":
             import mmap
 
@@ -666,7 +525,7 @@ class _LengthGuard:
         return None
 
     @staticmethod
-    def _records_before(local: str, f: ShardFile, offset: int) -> str:
+    def _records_before(local: str, f: SourceFile, offset: int) -> str:
         """A temporary copy (compressed as the file is) of the records before byte ``offset``."""
         import gzip
         import tempfile
@@ -711,7 +570,7 @@ class _FileOrder:
         return np.random.default_rng([self.seed & (2**63 - 1), p]).permutation(self.n).tolist()
 
 
-def _reader(files: list[ShardFile], opts: LoaderOptions, stats: LoaderStats):
+def _reader(files: list[SourceFile], opts: LoaderOptions, stats: LoaderStats):
     """The records of ``files`` as a dataset of string vectors (chunks of up to CHUNK_RECORDS records)."""
     import tensorflow as tf
 
@@ -967,9 +826,6 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
         raise TypeError(f"stats must be a LoaderStats, got {type(stats).__name__}")
     stats = stats if stats is not None else LoaderStats()
     src = resolve_source(source, opts.compression)
-    if isinstance(source, Source) and opts.compression != "auto":
-        src = dataclasses.replace(src, files=tuple(dataclasses.replace(f, compression=opts.compression)
-                                                   for f in src.files))
     resolved_schema = select_features(_resolve_schema(schema, src), features)
     _check_present(resolved_schema, src)
     parse = _parser(resolved_schema, opts.ragged)
@@ -1045,7 +901,7 @@ def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remaind
     LoaderOptions(batch_size=batch_size)
     src = resolve_source(source)
     if src.total_records is None:
-        raise ValueError(f"steps_per_epoch needs record counts from a _manifest.json; {src.description} "
+        raise ValueError(f"steps_per_epoch needs record counts from a _manifest.json; {src.uri} "
                          f"is not an output directory of tfrecord-io (count the records, or use "
                          f"num_epochs=None with your own steps)")
     if input_context is None:

@@ -1,0 +1,355 @@
+"""TFRecord sources: what every reader of TFRecords (the loader, ``inspect``, ``verify``,
+``stats``, ``spark.read.format("tfrecord")``) is given, resolved one way.
+
+A SOURCE is one of
+
+* an output directory of ours (it has ``_manifest.json``): the files the manifest lists, with
+  its compression, schema, record counts and per-feature present counts (:class:`Manifest`);
+* any other directory: its files, except names starting with ``_`` or ``.`` (the same rule as
+  input listing, :func:`tfrecord_io.storage.inputs.list_inputs`; subdirectories are not entered);
+* a glob (``*``, ``?``, ``[...]``), a single file, or (from Python) a list of files.
+
+Local paths, ``file://`` and ``hdfs://`` work alike.  A file's compression is the caller's
+``compression`` when given, else the manifest's, else implied by its extension (``.gz``/``.gzip``,
+``.zlib``/``.deflate``), else -- with ``sniff=True`` -- read from its first bytes: a valid
+TFRecord header (length + its masked CRC) means uncompressed, the gzip magic ``1f 8b`` gzip,
+a zlib header zlib.
+
+Readers differ only in how strict they are, which :func:`resolve_source` takes as arguments:
+the loader wants a *committed* output (``_SUCCESS`` present, every listed file there) and
+resolves cheaply; the diagnostic commands look at anything, uncommitted or damaged, and report
+what they find (missing files have ``size=None``; files beside a manifest that it does not list
+are ``extra_entries``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
+from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.storage import fs
+from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
+
+__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "hidden", "iter_file_records", "resolve_source",
+           "sniff_compression"]
+
+_GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    path: str            # relative to the output directory
+    records: int
+    bytes: int | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A ``_manifest.json``, read and checked once (the writers' side is :mod:`~tfrecord_io.storage.output`).
+
+    ``present`` maps each feature to how many records hold it (None for outputs written before
+    present counts were recorded); ``raw`` is the JSON object itself.
+    """
+
+    uri: str
+    schema: Schema
+    record_type: str
+    compression: str
+    files: tuple[ManifestFile, ...]
+    present: Mapping[str, int] | None
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, directory: str) -> "Manifest":
+        """The manifest of ``directory`` (FileNotFoundError when it has none; ValueError naming it
+        and the bad entry when it is not a valid manifest)."""
+        path = fs.join(directory, MANIFEST)
+        raw = read_manifest(directory)
+        try:
+            schema = Schema.from_dict(raw["schema"])
+        except (KeyError, TypeError, SchemaError) as e:
+            raise ValueError(f"{path}: no valid schema: {e}") from e
+        try:
+            compression = normalize_compression(raw.get("compression"))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+        files = []
+        for entry in raw.get("files") or ():
+            try:
+                nbytes = entry.get("bytes")
+                files.append(ManifestFile(str(entry["path"]), int(entry["records"]),
+                                          int(nbytes) if nbytes is not None else None))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"{path}: bad files entry {str(entry)[:200]}: {e}") from e
+        present = raw.get("present")
+        return cls(path, schema, raw.get("record_type") or schema.record_type, compression, tuple(files),
+                   present if isinstance(present, Mapping) else None, raw)
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One record file of a source.
+
+    ``name`` is its path relative to the source; ``compression_from`` says where its
+    compression came from ("manifest" | "option" | "extension" | "sniffed"); ``size`` is its
+    size now (None when it does not exist, or when sizes were not asked for); ``records`` and
+    ``bytes`` what the manifest says (None without a manifest).
+    """
+
+    uri: str
+    name: str
+    compression: str
+    compression_from: str = "extension"
+    size: int | None = None
+    records: int | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """A resolved source: its files in a stable order, and what its manifest says."""
+
+    uri: str                                  # what was asked for (a list: "N files (first, ...)")
+    files: tuple[SourceFile, ...]
+    is_dir: bool = False
+    manifest: Manifest | None = None
+    success: bool | None = None               # _SUCCESS present (directories only)
+    extra_entries: tuple[str, ...] = ()       # files beside a manifest that it does not list
+    schema: Schema | None = None              # the manifest's, or the caller's
+    schema_from: str | None = None            # "manifest" | "option"
+
+    @property
+    def record_type(self) -> str | None:
+        if self.manifest is not None:
+            return self.manifest.record_type
+        return self.schema.record_type if self.schema is not None else None
+
+    @property
+    def total_records(self) -> int | None:
+        """The manifest's record count (None unless every file has one)."""
+        if not self.files or any(f.records is None for f in self.files):
+            return None if self.files else 0
+        return sum(f.records for f in self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+
+def hidden(uri: str) -> bool:
+    """Names starting with ``_`` or ``.`` are not data (``_SUCCESS``, ``.crc`` files, temporaries)."""
+    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
+
+
+def _relative(base: str, uri: str) -> str:
+    base = base.rstrip("/") + "/"
+    return uri[len(base):] if uri.startswith(base) else uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def sniff_compression(uri: str) -> str:
+    """``"none"``, ``"gzip"`` or ``"zlib"`` from a file's first bytes (see the module doc)."""
+    with fs.open(uri, "rb") as f:
+        head = f.read(12)
+    if len(head) == 12:
+        (length_crc,) = struct.unpack_from("<I", head, 8)
+        if masked_crc32c(head[:8]) == length_crc:
+            return "none"
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] >> 4) <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return "none"
+
+
+def _size_or_none(uri: str) -> int | None:
+    try:
+        return fs.size(uri)
+    except FileNotFoundError:
+        return None
+
+
+class _Resolver:
+    def __init__(self, compression: str, sniff: bool, sizes: bool):
+        self.compression = "auto" if compression in (None, "auto") else normalize_compression(compression)
+        self.sniff, self.sizes = sniff, sizes
+
+    def file(self, uri: str, name: str, manifest: Manifest | None = None,
+             entry: ManifestFile | None = None) -> SourceFile:
+        size = _size_or_none(uri) if self.sizes else None
+        if self.compression != "auto":
+            comp, comp_from = self.compression, "option"
+        elif manifest is not None:
+            comp, comp_from = manifest.compression, "manifest"
+        else:
+            comp, comp_from = compression_from_path(uri), "extension"
+            if comp == "none" and uri.endswith(".deflate"):
+                comp = "zlib"  # Hadoop's DefaultCodec (spark-tfrecord's "deflate")
+            if comp == "none" and self.sniff and (size is not None or not self.sizes):  # (missing: nothing to sniff)
+                comp, comp_from = sniff_compression(uri), "sniffed"
+        return SourceFile(uri, name, comp, comp_from, size,
+                          entry.records if entry else None, entry.bytes if entry else None)
+
+
+def resolve_source(source: Any, *, compression: str | None = "auto", schema: Any = None,
+                   committed: bool = False, sniff: bool = False, sizes: bool = False) -> Source:
+    """Turn ``source`` (output directory, directory, glob, file, or list of files) into a :class:`Source`.
+
+    ``committed=True`` (the loader): a directory must be a committed output of ours (``_SUCCESS``
+    and ``_manifest.json``) and every file it lists must exist.  Otherwise anything is resolved
+    and missing listed files show as ``size=None`` (with ``sizes=True``).  ``sniff`` reads the
+    first bytes of files whose name implies no compression; ``sizes`` looks up every file's size.
+    ``schema`` (a :class:`Schema`, a dict or a YAML path) overrides the manifest's.
+
+    Raises FileNotFoundError when nothing is there, ValueError for an unreadable manifest or
+    schema, TypeError for a source that is not a path or a list of paths.
+    """
+    how = _Resolver(compression, sniff, sizes)
+    if isinstance(source, Source):
+        resolved = source
+        if how.compression != "auto":
+            resolved = dataclasses.replace(source, files=tuple(
+                dataclasses.replace(f, compression=how.compression, compression_from="option") for f in source.files))
+    elif isinstance(source, (str, os.PathLike)):
+        text = os.fspath(source)
+        if not isinstance(text, str) or not text:
+            raise TypeError(f"source must be a non-empty path, URI or list of them, got {source!r}")
+        resolved = _resolve_path(text.rstrip("/") or text, how, committed)
+    elif isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
+        resolved = _resolve_list(source, how)
+    else:
+        raise TypeError(f"source must be an output directory, a glob, a file or a list of files; "
+                        f"got {type(source).__name__}")
+    if schema is not None:
+        resolved = _with_schema(resolved, schema)
+    return resolved
+
+
+def _resolve_path(uri: str, how: _Resolver, committed: bool) -> Source:
+    if any(c in uri for c in _GLOB_CHARS):
+        try:
+            matches = fs.glob(uri)
+        except ValueError as e:
+            raise ValueError(f"source {uri}: {e}") from e
+        base = uri.rsplit("/", 1)[0]
+        files = [how.file(m, _relative(base, m)) for m in matches if not hidden(m) and not fs.isdir(m)]
+        if not files:
+            raise FileNotFoundError(f"no files match {uri}" + (
+                f" (only {len(matches)} hidden files or directories)" if matches else ""))
+        return Source(uri, tuple(files))
+    try:
+        is_dir = fs.isdir(uri)
+    except ValueError as e:
+        raise ValueError(f"source {uri}: {e}") from e
+    if is_dir:
+        return _resolve_dir(uri, how, committed)
+    if not fs.exists(uri):
+        raise FileNotFoundError(f"{uri}: no such file or directory: the source does not exist "
+                                f"(expected an output directory, a glob or a TFRecord file)")
+    return Source(uri, (how.file(uri, uri.rsplit("/", 1)[-1]),))
+
+
+def _resolve_dir(uri: str, how: _Resolver, committed: bool) -> Source:
+    entries = fs.ls(uri)
+    names = {e.rstrip("/").rsplit("/", 1)[-1] for e in entries}
+    success = SUCCESS in names
+    if committed and not success:
+        raise ValueError(
+            f"{uri} is not a committed tfrecord-io output: it has no {SUCCESS} marker (the job is "
+            f"still running or failed, or this is not an output directory). Refusing to read a possibly "
+            f"partial output; for plain TFRecord files pass a glob such as "
+            f"{fs.join(uri, '*.tfrecord*')!r} and schema=")
+    if MANIFEST not in names:
+        if committed:
+            raise FileNotFoundError(f"{uri} has {SUCCESS} but no {MANIFEST}: it was not written by "
+                                    f"tfrecord-io; pass a glob of its files and schema= instead")
+        files = [e for e in entries if not hidden(e) and not fs.isdir(e)]
+        if not files:
+            raise FileNotFoundError(f"{uri}: a directory with no record files (and no {MANIFEST})")
+        return Source(uri, tuple(how.file(f, _relative(uri, f)) for f in sorted(files)), is_dir=True,
+                      success=success)
+    manifest = Manifest.read(uri)
+    present = set(entries)
+    listed, files = set(), []
+    for entry in manifest.files:
+        file_uri = fs.join(uri, entry.path)
+        listed.add(file_uri)
+        if committed and file_uri not in present and not fs.exists(file_uri):
+            missing = [fs.join(uri, e.path) for e in manifest.files
+                       if fs.join(uri, e.path) not in present and not fs.exists(fs.join(uri, e.path))]
+            raise FileNotFoundError(f"{uri}: {len(missing)} files listed in {MANIFEST} are missing: "
+                                    f"{', '.join(missing[:5])}")
+        files.append(how.file(file_uri, entry.path, manifest, entry))
+    extra = tuple(_relative(uri, e) for e in entries if not hidden(e) and e not in listed and not fs.isdir(e))
+    return Source(uri, tuple(sorted(files, key=lambda f: f.uri)), is_dir=True, manifest=manifest,
+                  success=success, extra_entries=extra, schema=manifest.schema, schema_from="manifest")
+
+
+def _resolve_list(source: Iterable, how: _Resolver) -> Source:
+    items = [os.fspath(s) if isinstance(s, os.PathLike) else s for s in source]
+    bad = [s for s in items if not isinstance(s, str) or not s]
+    if bad or not items:
+        raise TypeError(f"a list source must hold file paths or URIs, got {bad[0]!r}" if bad
+                        else "a list source must name at least one file")
+    missing, dirs = [], []
+    for uri in items:
+        if not fs.exists(uri):
+            missing.append(uri)
+        elif fs.isdir(uri):
+            dirs.append(uri)
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} of the {len(items)} source files do not exist: "
+                                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if dirs:
+        raise IsADirectoryError(f"a list source must name files, not directories: {', '.join(dirs[:5])} "
+                                f"(pass an output directory on its own, or a glob)")
+    desc = items[0] if len(items) == 1 else f"{len(items)} files ({items[0]}, ...)"
+    return Source(desc, tuple(how.file(u, u.rsplit("/", 1)[-1]) for u in items))
+
+
+def _with_schema(src: Source, schema: Any) -> Source:
+    if isinstance(schema, Schema):
+        resolved = schema
+    elif isinstance(schema, Mapping):
+        resolved = Schema.from_dict(schema)
+    elif isinstance(schema, (str, os.PathLike)):
+        try:
+            resolved = Schema.load(os.fspath(schema))
+        except SchemaError as e:
+            raise ValueError(f"schema {os.fspath(schema)}: {e}") from e
+    else:
+        raise TypeError(f"schema must be a Schema, a dict or a path to a YAML schema, got {type(schema).__name__}")
+    if src.manifest is not None and resolved.record_type != src.manifest.record_type:
+        raise ValueError(f"the schema is for {resolved.record_type} records but {src.uri} holds "
+                         f"{src.manifest.record_type} records")
+    return dataclasses.replace(src, schema=resolved, schema_from="option")
+
+
+class _CountingReader:
+    """A read-only file wrapper that reports how many bytes were read."""
+
+    def __init__(self, f, report):
+        self._f, self._report = f, report
+        self.name = getattr(f, "name", None)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        if self._report is not None and data:
+            self._report(len(data))
+        return data
+
+
+def iter_file_records(file: SourceFile, *, verify: bool = True, report=None) -> Iterator[tuple[int, bytes]]:
+    """``(offset, data)`` for each record of one file; raises CorruptRecordError naming it.
+    ``report(n)`` is called with the bytes read, for progress bars."""
+    with fs.open(file.uri, "rb") as f:
+        yield from iter_records(_CountingReader(f, report), name=file.uri, compression=file.compression,
+                                verify=verify)
