@@ -18,18 +18,13 @@ Pipeline (Example records)::
 SequenceExample records add a ``GroupByKey`` on the ``group_by`` value before encoding:
 ``ReadFile`` emits each group's rows of a batch as one element keyed by the group (and each
 rejected row whose key is known, so that it can reject its group), and
-``BuildSequenceExamples`` builds the records, with the Spark job's rules:
-
-* steps are ordered by ``order_by`` (nulls first), ties by file, then line;
-* a group longer than ``--max-steps`` (default 10,000) is split into consecutive records of
-  at most that many steps, each carrying the context (the *huge-group policy*, as in Spark);
-* the context comes from a record's first step; a record whose steps disagree on a context
-  value is rejected whole, and so is a record with any rejected row among its steps (a
-  sequence is never written with a step missing); a row without a ``group_by`` key is
-  rejected on its own;
-* records are encoded in batches with ``encode_sequence_examples`` and all records of a group
-  go to one shard (a stable hash of the key), consecutively, for the same
-  ``GroupByKey(shard) -> WriteShard`` tail.
+``BuildSequenceExamples`` sorts each group's steps by ``order_by`` (nulls first), ties by file,
+then line, and builds the records with :mod:`tfrecord_io.conversion.grouping` -- the rules
+the Spark job follows too: ``--max-steps`` pieces of huge groups, the context from a record's
+first step, a record with a differing context value or a rejected row among its steps rejected
+whole (a row without a ``group_by`` key is rejected on its own).  All records of a group go to
+one shard (a stable hash of the key), consecutively, for the same ``GroupByKey(shard) ->
+WriteShard`` tail.
 
 Memory: Beam's Python SDK has no sorted-values ``GroupByKey``, so a group's rows are held by
 one worker while its steps are sorted (as compact tuples, ~100 bytes per step); the records
@@ -84,7 +79,6 @@ import dataclasses
 import getpass
 import json
 import logging
-import math
 import os
 import time
 import uuid
@@ -104,10 +98,10 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io.conversion import columns, parsing
+from tfrecord_io.conversion import columns, grouping, parsing
 
 from tfrecord_io.storage import fs, inputs, output
-from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, present_counts, row_errors
+from tfrecord_io.core.codec import encode_examples, present_counts
 from tfrecord_io.conversion.options import ConversionError, ConversionOptions, default_num_shards
 from tfrecord_io.core.schema import Schema
 
@@ -119,8 +113,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "tfrecord_io"
-_GROUP_FLUSH_ROWS = 65_536  # rows of built groups buffered before one encode call
-_GROUP_FLUSH_GROUPS = 4_096
+_GROUP_FLUSH_ROWS = 65_536  # rows of whole groups buffered before one build (encode) call
 
 
 # ---------------------------------------------------------------------------------------
@@ -399,15 +392,6 @@ class _Step:
         return (self.order is not None, self.order if self.order is not None else 0, self.source, self.line or 0)
 
 
-def _same(a, b) -> bool:
-    """Context values equal, NaN equal to NaN (as the Spark job compares them)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def _shard_of(key, num_shards: int) -> int:
     """A stable shard for a group key (Python's hash() of a str differs per process)."""
     return zlib.crc32(repr(key).encode("utf-8", "backslashreplace")) % num_shards
@@ -416,9 +400,9 @@ def _shard_of(key, num_shards: int) -> int:
 class BuildSequenceExamples(beam.DoFn):
     """(group key, its rows) -> encoded SequenceExamples, keyed by the group's shard.
 
-    See the module doc for the rules (order, ``max_steps`` pieces, context, rejected rows).
-    Built records are buffered and encoded together; a record the encoder's checks refuse
-    (``row_errors`` on the grouped batch) turns all its rows into rejects.
+    The steps of each group are sorted here (see the module doc); whole groups are buffered
+    and built together by :func:`tfrecord_io.conversion.grouping.build_sequence_examples`, the
+    rules the Spark job follows too (``max_steps`` pieces, context, rejected rows).
     """
 
     def __init__(self, job: _Job):
@@ -428,15 +412,14 @@ class BuildSequenceExamples(beam.DoFn):
 
     def setup(self):
         schema = self.job.schema
-        names = [f.name for f in schema.input_features]
+        self._arrow = parsing.input_schema(schema)
+        names = self._arrow.names
         self._order_at = names.index(schema.order_by) if schema.order_by else None
-        self._context_at = [(f, names.index(f.name)) for f in schema.context]
-        self._sequence_at = [names.index(f.name) for f in schema.sequence]
+        self._key_at = names.index(schema.group_by)
         self._next_shard = int.from_bytes(os.urandom(2), "little")
 
     def start_bundle(self):
-        self._units: list[tuple] = []  # (key, shard, steps) of records to build
-        self._buffered_rows = 0
+        self._steps: list[_Step] = []  # whole groups, each sorted, one after another
 
     def process(self, element):
         key, pieces = element
@@ -452,21 +435,14 @@ class BuildSequenceExamples(beam.DoFn):
                 order = values[self._order_at] if self._order_at is not None else None
                 steps.append(_Step(order, source, line, raw, values, None))
         steps.sort(key=_Step.sort_key)
-        shard = _shard_of(key, self.job.num_shards)
-        rejects = []
-        max_steps = self.job.conv.max_steps
-        for start in range(0, len(steps), max_steps):
-            unit = steps[start:start + max_steps]
-            why = self._why_bad(unit)
-            if why is not None:
-                rejects += self._reject_unit(key, unit, why)
-                continue
-            self._units.append((key, shard, unit))
-            self._buffered_rows += len(unit)
-        if rejects:
-            self.rows_rejected.inc(len(rejects))
-            yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._reject_shard(), rejects))
-        if self._buffered_rows >= _GROUP_FLUSH_ROWS or len(self._units) >= _GROUP_FLUSH_GROUPS:
+        for step in steps:
+            if step.values is None:  # a rejected row: its group (and order) known, nothing else
+                step.values = [None] * len(self._arrow.names)
+                step.values[self._key_at] = key
+                if self._order_at is not None:
+                    step.values[self._order_at] = step.order
+        self._steps += steps
+        if len(self._steps) >= _GROUP_FLUSH_ROWS:
             yield from self._flush(in_finish_bundle=False)
 
     def finish_bundle(self):
@@ -476,64 +452,34 @@ class BuildSequenceExamples(beam.DoFn):
         self._next_shard += 1
         return self._next_shard % self.job.num_shards
 
-    def _why_bad(self, unit: list[_Step]) -> str | None:
-        """Why a record cannot be written: a rejected row among its steps, or a context that differs."""
-        for step in unit:
-            if step.reason is not None:
-                return f"{step.reason} (line {step.line})"
-        first = unit[0].values
-        for f, at in self._context_at:
-            if f.name == self.job.schema.group_by:
-                continue
-            for step in unit[1:]:
-                if not _same(step.values[at], first[at]):
-                    return (f"context feature {f.name!r} differs within the group: {step.values[at]!r} at line "
-                            f"{step.line}, {first[at]!r} in its first row")
-        return None
-
-    def _reject_unit(self, key, unit: list[_Step], why: str) -> list[dict]:
-        group = f"{self.job.schema.group_by}={key!r}"
-        return [parsing.make_reject(s.source, s.line, s.raw, s.reason if s.reason is not None else
-                                      f"rejected with its group ({group}), which holds a bad row: {why}")
-                for s in unit]
-
     def _flush(self, in_finish_bundle: bool):
         def emit(value, tag=None):
             value = _global(value) if in_finish_bundle else value
             return value if tag is None else beam.pvalue.TaggedOutput(tag, value)
 
-        units, self._units, self._buffered_rows = self._units, [], 0
-        if not units:
+        steps, self._steps = self._steps, []
+        if not steps:
             return
         schema = self.job.schema
-        arrays = []
-        for f, at in self._context_at:
-            arrays.append(pa.array([unit[0].values[at] for _, _, unit in units], type=f.arrow_type()))
-        for f, at in zip(schema.sequence, self._sequence_at):
-            arrays.append(pa.array([[s.values[at] for s in unit] for _, _, unit in units],
-                                   type=pa.list_(f.arrow_type())))
-        names = [f.name for f in schema.context] + [f.name for f in schema.sequence]
-        batch = pa.RecordBatch.from_arrays(arrays, names=names)
-        reasons = row_errors(batch, schema)  # per record: null steps, list lengths, required values
-        if any(r is not None for r in reasons):
-            rejects = []
-            for (key, _, unit), reason in zip(units, reasons):
-                if reason is not None:
-                    rejects += self._reject_unit(key, unit, reason)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([s.values[i] for s in steps], type=f.type) for i, f in enumerate(self._arrow)],
+            schema=self._arrow)
+        out = grouping.build_sequence_examples(batch, schema, self.job.conv.max_steps,
+                                               reasons=[s.reason for s in steps], lines=[s.line for s in steps])
+        if out.rejected:
+            rejects = [parsing.make_reject(steps[i].source, steps[i].line, steps[i].raw, why)
+                       for i, why in sorted(out.rejected.items())]
             self.rows_rejected.inc(len(rejects))
             yield emit((self._reject_shard(), rejects), REJECTS_TAG)
-            keep = np.array([r is None for r in reasons])
-            batch = batch.filter(pa.array(keep))
-            units = [u for u, k in zip(units, keep) if k]
-        if units:
-            self.records_built.inc(len(units))
-            records = encode_sequence_examples(batch, schema)
-            shards = np.array([shard for _, shard, _ in units])
+        if len(out.records):
+            self.records_built.inc(len(out.records))
+            shards = np.array([_shard_of(steps[int(i)].values[self._key_at], self.job.num_shards)
+                               for i in out.record_rows])
             for shard in np.unique(shards):
                 rows = np.flatnonzero(shards == shard)  # in order: a group's pieces stay consecutive
-                piece = pa.RecordBatch.from_arrays([records.take(pa.array(rows))], names=["record"])
+                piece = pa.RecordBatch.from_arrays([out.records.take(pa.array(rows))], names=["record"])
                 yield emit((int(shard), _to_ipc(piece)))
-        yield emit({"kind": "groups", "records": len(units), "rows": sum(len(u) for _, _, u in units)}, STATS_TAG)
+        yield emit({"kind": "groups", "records": len(out.records), "rows": out.rows_in_records}, STATS_TAG)
 
 
 class WriteShard(beam.DoFn):
@@ -547,6 +493,8 @@ class WriteShard(beam.DoFn):
         self.job = job
         self.records_written = Metrics.counter(METRICS_NAMESPACE, "records_written")
         self.bytes_written = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+        # Fault injection (tests), read here on the driver: see _fail_first_attempt.
+        self.fail_first, self.driver_pid = os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "").strip(), os.getpid()
 
     def process(self, element):
         index, pieces = element
@@ -567,6 +515,8 @@ class WriteShard(beam.DoFn):
                     present.update(present_counts(batch, job.schema))
                 yield encode_examples(batch, job.schema) if example else batch.column(0)
 
+        if self.fail_first and (self.fail_first == "*" or str(index) in self.fail_first.split(",")):
+            records = _fail_first_attempt(records, job, index, self.driver_pid)
         name = output.shard_name(index, job.num_shards, job.conv.compression)
         if job.splits is None:
             written = [output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
@@ -585,6 +535,37 @@ class WriteShard(beam.DoFn):
             self.bytes_written.inc(w.bytes)
             counts = dict(present) if example and job.splits is None and k == 0 else None
             yield {"kind": "records", **output.written_file_dict(w), "present": counts}
+
+
+FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT"
+
+
+def _fail_first_attempt(records, job: _Job, index: int, driver_pid: int):
+    """Fault injection for runners that retry (Flink): with ``$TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT``
+    = ``0,3`` (or ``*``) in the driver's environment, the first attempt of those shards' writes
+    fails right after its first batch of records went to the writer: a worker in its own process
+    dies (``os._exit``), a LOOPBACK worker (a thread of the driver) raises.  A marker under
+    ``_temporary`` (deleted by the commit) lets the retry write normally.  Returns a ``records``."""
+    return lambda: _after_first_batch_fail(records(), job, index, driver_pid)
+
+
+def _after_first_batch_fail(batches, job: _Job, index: int, driver_pid: int):
+    batches = iter(batches)
+    for batch in batches:
+        yield batch
+        marker = fs.join(job.conv.output, output.TEMPORARY, f"beam-{job.run_id}.failed-shard-{index}")
+        if job.files.exists(marker):
+            break
+        job.files.write_bytes(marker, b"")
+        import sys
+
+        sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: failing the first attempt of shard "
+                         f"{index} mid-write (pid {os.getpid()})\n")
+        sys.stderr.flush()
+        if os.getpid() != driver_pid:
+            os._exit(86)
+        raise RuntimeError(f"{FAIL_FIRST_ATTEMPT_ENV}: first attempt of shard {index} failed mid-write")
+    yield from batches
 
 
 SHUFFLE_HOLD_BYTES = 1 << 30  # rows of one shard held to be shuffled together (larger shards: by windows)

@@ -123,11 +123,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tfrecord_io.core import codec
 
-from tfrecord_io.conversion import columns, parsing
+from tfrecord_io.conversion import columns, grouping, parsing
 
 from tfrecord_io.storage import fs, inputs, output
 from tfrecord_io.conversion.options import (DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_SHARD, DEFAULT_MAX_STEPS, ConversionError,
@@ -627,11 +626,6 @@ def _binary_list(arr: pa.Array) -> list:
     return arr.to_pylist()
 
 
-def _describe(v: Any, limit: int = 60) -> str:
-    r = repr(v)
-    return r if len(r) <= limit else r[:limit] + "..."
-
-
 def _rows_as_dicts(batch: pa.RecordBatch, names: list[str]) -> list[dict]:
     """Python rows of some columns (strings and raw text decoded leniently)."""
     cols = {}
@@ -671,33 +665,6 @@ class _RejectSpool:
 
     def close(self) -> None:
         self._file.close()
-
-
-def _rows_equal(a: pa.Array, b: pa.Array) -> np.ndarray:
-    """Row-wise equality of two same-typed arrays, nulls equal to nulls, NaN equal to NaN."""
-    a_null = a.is_null().to_numpy(zero_copy_only=False)
-    b_null = b.is_null().to_numpy(zero_copy_only=False)
-    same = a_null & b_null
-    both = ~a_null & ~b_null
-    if not both.any():
-        return same
-    if pa.types.is_list(a.type) or pa.types.is_large_list(a.type):
-        la = pc.fill_null(pc.list_value_length(a), -1).to_numpy(zero_copy_only=False)
-        lb = pc.fill_null(pc.list_value_length(b), -1).to_numpy(zero_copy_only=False)
-        cand = both & (la == lb)
-        if cand.any():
-            mask = pa.array(cand)
-            item_ok = _rows_equal(pc.list_flatten(a.filter(mask)), pc.list_flatten(b.filter(mask)))
-            bad = np.zeros(len(item_ok) + 1, dtype=np.int64)
-            np.cumsum(~item_ok, out=bad[1:])
-            ends = np.cumsum(la[cand].astype(np.int64))
-            starts = ends - la[cand]
-            same[np.flatnonzero(cand)] = (bad[ends] - bad[starts]) == 0
-        return same
-    eq = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
-    if pa.types.is_floating(a.type):
-        eq |= pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(zero_copy_only=False)
-    return same | (both & eq)
 
 
 @dataclass(frozen=True)
@@ -852,108 +819,26 @@ class WriteStage:
         names = [f.name for f in self.schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
         return pa.RecordBatch.from_arrays([batch.column(batch.schema.get_field_index(n)) for n in names], names=names)
 
-    def _unit_starts(self, batch: pa.RecordBatch) -> np.ndarray:
-        """Row indices where a record (a group, or a max_steps piece of one) starts."""
-        n = batch.num_rows
-        key = batch.column(batch.schema.get_field_index(self.schema.group_by))
-        new_group = np.ones(n, dtype=bool)
-        if n > 1:
-            same = pc.fill_null(pc.equal(key.slice(1), key.slice(0, n - 1)), False)
-            new_group[1:] = ~same.to_numpy(zero_copy_only=False)
-        group_start = np.flatnonzero(new_group)
-        pos = np.arange(n) - group_start[np.cumsum(new_group) - 1]
-        return np.flatnonzero(new_group | (pos % self.max_steps == 0))
-
     def _split_open_group(self, buf: pa.RecordBatch) -> tuple[pa.RecordBatch | None, pa.RecordBatch]:
-        """(complete records, the last record, which may continue in the next batch)."""
-        starts = self._unit_starts(buf)
-        cut = int(starts[-1])
-        if cut == 0:
-            return None, buf
-        return buf.slice(0, cut), buf.slice(cut)
+        return grouping.split_open_record(buf, self.schema, self.max_steps)
 
     def _encode_units(self, batch: pa.RecordBatch, spool: _RejectSpool, stats: dict) -> pa.Array | None:
-        """Encode the complete records in ``batch``; spool the rows of rejected ones."""
-        s = self.schema
-        n = batch.num_rows
-        starts = self._unit_starts(batch)
-        sizes = np.diff(np.append(starts, n))
-        unit_of = np.repeat(np.arange(len(starts)), sizes)
-        why: dict[int, str] = {}  # unit -> why it is rejected
-        reason = batch.column(batch.schema.get_field_index(REASON))
-        if reason.null_count < n:
-            idx = np.flatnonzero(reason.is_valid().to_numpy(zero_copy_only=False))
-            for i, text in zip(idx, _binary_list(reason.take(pa.array(idx, pa.int64())))):
-                why.setdefault(int(unit_of[i]), f"{_text(text)} (line {self._line(batch, i)})")
-        key = batch.column(batch.schema.get_field_index(s.group_by))
-        for i in np.flatnonzero(key.is_null().to_numpy(zero_copy_only=False)):
-            why.setdefault(int(unit_of[i]), f"group_by feature {s.group_by!r} is null")
-        first = pa.array(starts[unit_of], pa.int64())
-        for f in s.context:
-            if f.name == s.group_by:
-                continue
-            col = batch.column(batch.schema.get_field_index(f.name))
-            for i in np.flatnonzero(~_rows_equal(col, col.take(first))):
-                u = int(unit_of[i])
-                if u not in why:
-                    why[u] = (f"context feature {f.name!r} differs within the group: "
-                              f"{_describe(col[int(i)].as_py())} at line {self._line(batch, i)}, "
-                              f"{_describe(col[int(starts[u])].as_py())} in its first row")
-        good_units = np.ones(len(starts), dtype=bool)
-        good_units[list(why)] = False
-        grouped = self._group(batch, unit_of, sizes, good_units)
-        if grouped is not None:
-            errors = codec.row_errors(grouped, s)  # per record: null steps, lengths, required
-            if any(e is not None for e in errors):
-                good_ids = np.flatnonzero(good_units)
-                keep = np.array([e is None for e in errors], dtype=bool)
-                for u, e in zip(good_ids[~keep], (e for e in errors if e is not None)):
-                    why[int(u)] = e
-                good_units[good_ids[~keep]] = False
-                grouped = grouped.filter(pa.array(keep))
-        self._spool_rejects(batch, unit_of, why, spool)
-        if grouped is None or grouped.num_rows == 0:
+        """Encode the complete records in ``batch`` (:mod:`tfrecord_io.conversion.grouping`); spool
+        the rows of rejected ones."""
+        reasons = [_text(b) for b in _binary_list(batch.column(batch.schema.get_field_index(REASON)))]
+        lines = batch.column(batch.schema.get_field_index(LINE)).to_pylist()
+        out = grouping.build_sequence_examples(batch, self.schema, self.max_steps, reasons=reasons, lines=lines)
+        if out.rejected:
+            rows = np.array(sorted(out.rejected), dtype=np.int64)
+            sub = batch.take(pa.array(rows, pa.int64()))
+            for m, i in zip(_rows_as_dicts(sub, list(_REJECT_COLUMNS)), rows):
+                m[REASON] = out.rejected[int(i)]
+                spool.add(_reject_json(m))
+        if not len(out.records):
             return None
-        stats["records"] += grouped.num_rows
-        stats["rows_in_records"] += int(sizes[good_units].sum())
-        return _as_binary(codec.encode_sequence_examples(grouped, s))
-
-    def _group(self, batch, unit_of, sizes, good_units) -> pa.RecordBatch | None:
-        """One row per good unit: context from its first row, each sequence column as list of steps."""
-        if not good_units.any():
-            return None
-        sub = batch.filter(pa.array(good_units[unit_of]))
-        offsets = np.concatenate([[0], np.cumsum(sizes[good_units])])
-        first = pa.array(offsets[:-1], pa.int64())
-        cols, names = [], []
-        for f in self.schema.context:
-            cols.append(sub.column(sub.schema.get_field_index(f.name)).take(first))
-            names.append(f.name)
-        for f in self.schema.sequence:
-            steps = sub.column(sub.schema.get_field_index(f.name))
-            cols.append(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), steps))
-            names.append(f.name)
-        return pa.RecordBatch.from_arrays(cols, names=names)
-
-    def _spool_rejects(self, batch, unit_of, why: dict, spool: _RejectSpool) -> None:
-        if not why:
-            return
-        s = self.schema
-        bad_unit = np.zeros(int(unit_of[-1]) + 1, dtype=bool)
-        bad_unit[list(why)] = True
-        rows = np.flatnonzero(bad_unit[unit_of])
-        sub = batch.take(pa.array(rows, pa.int64()))
-        meta = _rows_as_dicts(sub, list(_REJECT_COLUMNS))
-        values = _rows_as_dicts(sub, [f.name for f in s.input_features])
-        for m, v, u in zip(meta, values, unit_of[rows]):
-            if m[REASON] is None:
-                m[REASON] = (f"rejected with its group ({s.group_by}={_describe(v[s.group_by])}), "
-                             f"which holds a bad row: {why[int(u)]}")
-            spool.add(_reject_json(m))
-
-    @staticmethod
-    def _line(batch: pa.RecordBatch, i: int) -> Any:
-        return batch.column(batch.schema.get_field_index(LINE))[int(i)].as_py()
+        stats["records"] += len(out.records)
+        stats["rows_in_records"] += out.rows_in_records
+        return _as_binary(out.records)
 
 
 _REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("attempt", pa.string()),
