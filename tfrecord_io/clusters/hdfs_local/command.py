@@ -1,4 +1,4 @@
-"""``tfrecord-io hdfs-local start|stop|status|fetch``: a single-node HDFS on loopback.
+"""``tfrecord-io hdfs-local start|stop|status|fetch``: a single-node HDFS (and YARN) on loopback.
 
 Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
 """
@@ -11,13 +11,15 @@ import sys
 _HELP = """\
 actions:
   start    start a NameNode + DataNode on 127.0.0.1 in the background, wait until it is
-           ready, print its hdfs:// and WebHDFS addresses and the HADOOP_CONF_DIR to export
-  stop     shut it down (each start begins with an empty filesystem)
+           ready, print its hdfs:// and WebHDFS addresses and the HADOOP_CONF_DIR to export;
+           with --yarn also a ResourceManager + NodeManager (6 GiB, 4 vcores) on localhost,
+           their yarn-site.xml in the same HADOOP_CONF_DIR (`spark-submit --master yarn`)
+  stop     shut it down, YARN included (each start begins with an empty filesystem)
   status   print the addresses if it is running (exit status 1 if not)
   fetch    only download the Hadoop jars with Maven (needs `mvn`; `start` does this too)
 
 --dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/hdfs-local.  Needs Java 17+ and
-Maven; the first start downloads about 110 MB of Apache Hadoop 3.5.0 jars from Maven Central.
+Maven; the first start downloads about 120 MB of Apache Hadoop 3.5.0 jars from Maven Central.
 """
 
 
@@ -36,6 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=_size, default="1m", metavar="SIZE",
                         help="dfs.blocksize for start, in bytes or with k/m/g (default: 1m, so "
                              "that small files span blocks; HDFS's own default is 128m)")
+    parser.add_argument("--yarn", action="store_true",
+                        help="start: also start a local YARN (ResourceManager + NodeManager) on it")
 
 
 def _size(text: str) -> int:
@@ -57,6 +61,14 @@ def _describe(h) -> str:
             f"export HADOOP_CONF_DIR={h.conf_dir}")
 
 
+def _describe_yarn(y) -> str:
+    return (f"  YARN ResourceManager: {y.rm_address} (NodeManager {y.nm_memory_mb} MiB, "
+            f"{y.nm_vcores} vcores)\n"
+            f"  YARN pid:     {y.pid}\n"
+            f"  YARN log:     {y.log_path}\n"
+            f"  containers' logs: {y.container_logs}\n")
+
+
 def run(args: argparse.Namespace) -> int:
     from tfrecord_io.clusters import hdfs_local
 
@@ -66,19 +78,23 @@ def run(args: argparse.Namespace) -> int:
             print(hdfs_local.fetch_jars())
         elif args.action == "start":
             h = hdfs_local.start(base, port=args.port, http_port=args.http_port,
-                                 timeout=args.timeout, detach=True, block_size=args.block_size)
-            print(f"local HDFS is ready, data in {h.base_dir}\n{_describe(h)}")
+                                 timeout=args.timeout, detach=True, block_size=args.block_size,
+                                 yarn=args.yarn)
+            y = hdfs_local.yarn_status(h.base_dir / "yarn") if args.yarn else None
+            print(f"local HDFS {'and YARN are' if y else 'is'} ready, data in {h.base_dir}\n"
+                  f"{_describe_yarn(y) if y else ''}{_describe(h)}")
         elif args.action == "stop":
             stopped = hdfs_local.stop(base)
-            print(f"stopped the local HDFS in {base}" if stopped
+            print(f"stopped the local HDFS (and its YARN, if any) in {base}" if stopped
                   else f"no local HDFS running in {base}")
         else:
             h = hdfs_local.status(base)
             if h is None:
                 print(f"no local HDFS running in {base}")
                 return 1
-            print(f"local HDFS in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n"
-                  f"{_describe(h)}")
+            y = hdfs_local.yarn_status(h.base_dir / "yarn")
+            print(f"local HDFS in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}"
+                  f"{', with YARN' if y else ''}\n{_describe_yarn(y) if y else ''}{_describe(h)}")
     except (hdfs_local.HdfsLocalError, TimeoutError, ValueError) as e:
         print(f"tfrecord-io hdfs-local {args.action}: {e}", file=sys.stderr)
         return 1
