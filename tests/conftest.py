@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["hdfs_fixtures"]
+pytest_plugins = ["hdfs_fixtures", "yarn_fixtures"]
+pytest_plugins += ["flink_fixtures"]  # Beam on Flink: tests/test_flink.py
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
