@@ -9,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench fuzz hadoop clean
+.PHONY: setup demo test bench fuzz hadoop flink clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ $(STAMP): setup.cfg pyproject.toml
 hadoop: $(STAMP)
 	$(VENV)/bin/tfrecord-io hdfs-local fetch
 
-setup: $(STAMP) hadoop
+# Beam's Flink runner 2.62.0 and Flink 1.19.0 jars for the Flink tests (docs/running-on-flink.md).
+flink: $(STAMP)
+	$(VENV)/bin/tfrecord-io flink-local fetch
+
+setup: $(STAMP) hadoop flink
 
 demo: setup
 	$(VENV)/bin/tfrecord-io demo

@@ -1,0 +1,65 @@
+"""``tfrecord-io flink-local fetch|start|stop|status``: a Beam job server for Flink on loopback.
+
+Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+_HELP = """\
+actions:
+  fetch    download the Beam Flink runner 2.62.0 and Flink 1.19.0 jars with Maven (about 150 MB;
+           needs `mvn`) and write the jar for --flink_job_server_jar; `start` does this too
+  start    start Beam's Flink job server (Flink master [local]: a MiniCluster in its JVM) on
+           127.0.0.1 in the background, wait until it is ready, print the Beam options to use
+  stop     shut it down
+  status   print the options if it is running (exit status 1 if not)
+
+--dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/flink-local.  Needs Java 17 and
+Maven.  See docs/running-on-flink.md.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _HELP
+    parser.add_argument("action", choices=("fetch", "start", "stop", "status"))
+    parser.add_argument("--dir", metavar="DIR", default=None, help="base dir for logs, conf and state")
+    parser.add_argument("--port", type=int, default=0, help="job service port for start (default: a free one)")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds to wait for readiness on start (default: %(default)s)")
+
+
+def _describe(h) -> str:
+    return (f"  job endpoint: {h.job_endpoint}\n"
+            f"  pid:          {h.pid}\n"
+            f"  log:          {h.log_path}\n"
+            f"Beam options:   {' '.join(h.pipeline_args())}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfrecord_io.clusters import flink
+
+    base = args.dir or flink.default_base_dir()
+    try:
+        if args.action == "fetch":
+            print(flink.fetch_jars())
+            print(f"--flink_job_server_jar={flink.job_server_jar()}")
+        elif args.action == "start":
+            h = flink.start(base, timeout=args.timeout, detach=True, job_port=args.port)
+            print(f"Flink job server is ready, state in {h.base_dir}\n{_describe(h)}")
+        elif args.action == "stop":
+            stopped = flink.stop(base)
+            print(f"stopped the Flink job server in {base}" if stopped else f"no Flink job server running in {base}")
+        else:
+            h = flink.status(base)
+            if h is None:
+                print(f"no Flink job server running in {base}")
+                return 1
+            print(f"Flink job server in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n{_describe(h)}")
+    except (flink.FlinkLocalError, TimeoutError, ValueError) as e:
+        print(f"tfrecord-io flink-local {args.action}: {e}", file=sys.stderr)
+        return 1
+    return 0
