@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -276,6 +277,7 @@ def test_killed_python_worker_mid_write_is_exactly_once(yarn, hdfs_input, local_
 
 DF_SCRIPT = '''\
 import sys
+import tarfile
 from pyspark.sql import SparkSession
 from tfrecord_io.engines import spark_datasource
 
@@ -315,3 +317,48 @@ def test_dataframe_writer_on_yarn(yarn, hdfs, executor_python, py_files, tmp_pat
             seen[i] = (ex["score"].float_list.value[0], ex["name"].bytes_list.value[0].decode(),
                        list(ex["pair"].int64_list.value))
     assert seen == {i: (i * 0.5, f"n{i}", [i, i + 1]) for i in range(n)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 3: executors (and the driver) without TensorFlow, from a slim archive
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def slim_env(tmp_path_factory):
+    """``tfrecord-io pack-env`` as a user runs it (pip fetches the pinned wheels; pip's cache makes
+    a second build quick)."""
+    from conftest import tfrecord_io_cli
+
+    out = tmp_path_factory.mktemp("slim-env") / "tfrecord-io-env.tar.gz"
+    proc = tfrecord_io_cli("pack-env", str(out), timeout=1800)
+    print(proc.stdout.strip())
+    return out
+
+
+def test_slim_env_has_the_converter_and_no_tensorflow(slim_env):
+    with tarfile.open(slim_env) as tar:
+        members = tar.getnames()
+    tops = {m.split("/")[3] for m in members if m.startswith("lib/python3.11/site-packages/") and m.count("/") >= 3}
+    assert {"tfrecord_io", "numpy", "pyarrow", "yaml", "google_crc32c", "hdfs_native", "pandas"} <= tops, tops
+    assert not tops & {"tensorflow", "pyspark", "apache_beam", "keras", "pip"}, tops
+    assert "bin/python" in members and "pyvenv.cfg" in members
+    assert "lib/python3.11/site-packages/tfrecord_io/clusters/hdfs_local/MiniYarn.java" in members
+
+
+def test_job_cluster_mode_from_slim_archive_equals_local_run(yarn, hdfs_input, local_run, slim_env, tmp_path):
+    """Cluster mode with ``--archives env.tar.gz#env``: the driver (application master) and the
+    executors run ``./env/bin/python`` from the unpacked archive, which holds tfrecord_io (no
+    --py-files) and no TensorFlow or pyspark (pyspark.zip comes from spark-submit); same output."""
+    base, rows = hdfs_input
+    out = f"{base}/slim-out"
+    run = yarn_submit(yarn, job_args(base, out), mode="cluster", cwd=tmp_path, python="./env/bin/python",
+                      extra=["--archives", f"{slim_env}#env"])
+    done = json.loads([ln for ln in run.master_stdout().splitlines() if '"tfrecord-io-done"' in ln][-1])
+    assert done["totals"] == {"input_rows": ROWS + 1, "records": ROWS, "rejected": 1}
+    executors = run.executors()
+    assert len(executors) == 2
+    for name, d in run.containers().items():  # every container: the archive unpacked as ./env
+        assert re.search(r'ln -sf -- "[^"]*env\.tar\.gz" "env"', (d / "launch_container.sh").read_text()), name
+    am = run.containers()[run.app_id.replace("application", "container") + "_01_000001"]
+    assert 'export PYSPARK_PYTHON="./env/bin/python"' in (am / "launch_container.sh").read_text()
+    assert_same_output(out, local_run, rows, tmp_path)
+    print(f"cluster mode from the slim archive: {run.seconds:.1f}s")

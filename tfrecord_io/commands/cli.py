@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("inspect", "tfrecord_io.commands.inspect", "show a TFRecord source's files, record count, schema and first records"),
     ("verify", "tfrecord_io.commands.verify", "check every record's CRCs, the manifest's counts and sizes, and the schema"),
     ("stats", "tfrecord_io.commands.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),
+    ("pack-env", "tfrecord_io.commands.pack_env", "pack a slim Python environment (no TensorFlow) for Spark executors on YARN"),
 )
 
 
