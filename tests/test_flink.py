@@ -37,18 +37,19 @@ FLINK_RUNNER = "org.apache.beam.runners.flink.FlinkPipelineRunner"
 
 
 # ------------------------------------------------------------------------------- helpers
-def flink_args(flink, job_name: str) -> list[str]:
-    return [*flink.pipeline_args(parallelism=2), f"--job_name={job_name}"]
+def flink_args(flink, job_name: str, environment: str = "LOOPBACK") -> list[str]:
+    args = [a for a in flink.pipeline_args(parallelism=2) if not a.startswith("--environment_type=")]
+    return [*args, f"--environment_type={environment}", f"--job_name={job_name}"]
 
 
-def assert_ran_on_flink(flink, job_name: str, before: set[str]) -> dict:
+def assert_ran_on_flink(flink, job_name: str, before: set[str], environment: str = "LOOPBACK") -> dict:
     """The job server ran exactly one new job, named ``job_name``, on Flink, and it is DONE."""
     new = [j for j in flink.jobs() if j["job_id"] not in before]
     assert [j["options"].get("job_name") for j in new] == [job_name], new
     job = new[0]
     assert job["state"] == "DONE", job
     assert job["options"]["flink_master"] == "[local]" and job["options"]["parallelism"] in ("2", 2)
-    assert job["options"]["environment_type"] == "LOOPBACK"
+    assert job["options"]["environment_type"] == environment
     log = flink.log_path.read_text(errors="replace")
     assert f"Invoking job {job['job_id']} with pipeline runner {FLINK_RUNNER}" in log
     assert f"Job {job_name} (" in log and "switched from state RUNNING to FINISHED" in log
@@ -114,16 +115,16 @@ def fnapi(inp: str, fmt: str, schema: Schema, out: str, **kw) -> tbeam.Conversio
     return result
 
 
-def on_flink(flink, inp: str, fmt: str, schema: Schema, out: str, beam_args=(), **kw):
+def on_flink(flink, inp: str, fmt: str, schema: Schema, out: str, beam_args=(), environment="LOOPBACK", **kw):
     """Run in this process on Flink; returns (result, the job server's job)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     job_name = f"tfrecord-io-test-{uuid.uuid4().hex[:10]}"
     before = job_ids(flink)
     conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, **kw)
-    result = tbeam.run_conversion(conv, PipelineOptions([*flink_args(flink, job_name), *beam_args]))
+    result = tbeam.run_conversion(conv, PipelineOptions([*flink_args(flink, job_name, environment), *beam_args]))
     assert result.requested_runner == "PortableRunner" and result.runner.startswith("PortableRunner"), result.runner
-    return result, assert_ran_on_flink(flink, job_name, before)
+    return result, assert_ran_on_flink(flink, job_name, before, environment)
 
 
 # ------------------------------------------------------------------------------- (a) local files
@@ -225,3 +226,99 @@ def test_worker_failure_mid_write_is_retried_and_output_stays_exactly_once(flink
     with pytest.raises(Exception, match="first attempt of shard 1 failed mid-write"):
         fnapi(str(inp), "csv", EXAMPLE_SCHEMA, str(tmp_path / "fnapi-fails"), num_shards=3, max_reject_fraction=0.1)
     assert not (tmp_path / "fnapi-fails" / output.SUCCESS).exists()
+
+
+@pytest.fixture
+def worker_pool(tmp_path):
+    """Beam's worker pool (``worker_pool_main``) in its own process: each SDK worker Flink asks
+    for is a separate Python process (``--environment_type=EXTERNAL``), one that can really die."""
+    import socket
+    import time
+
+    from tfrecord_io.clusters.flink import _free_ports
+
+    port = _free_ports(1)[0]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = open(tmp_path / "worker-pool.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Beam's worker pool exited with {proc.returncode}: "
+                                   f"{(tmp_path / 'worker-pool.log').read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Beam's worker pool did not listen on 127.0.0.1:{port} within 60s")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}", tmp_path / "worker-pool.log"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        log.close()
+
+
+def test_worker_process_crash_mid_write_is_retried_and_output_stays_exactly_once(flink, worker_pool, tmp_path,
+                                                                                 monkeypatch):
+    """The same on SDK workers in their own processes (EXTERNAL environment): the worker writing
+    shard 0 dies (``os._exit``) after its first batch; Flink restarts the failed region on a
+    fresh worker process and the committed output is exactly FnApiRunner's."""
+    endpoint, pool_log = worker_pool
+    lines = example_rows(1500, seed=19, bad_every=53)
+    inp = tmp_path / "in.csv"
+    write_csv(inp, lines)
+    want = str(tmp_path / "fnapi")
+    fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=2, max_reject_fraction=0.1)
+
+    monkeypatch.setenv(tbeam.FAIL_FIRST_ATTEMPT_ENV, "0")
+    got = str(tmp_path / "flink")
+    result, job = on_flink(flink, str(inp), "csv", EXAMPLE_SCHEMA, got, beam_args=[f"--environment_config={endpoint}"],
+                           environment="EXTERNAL", num_shards=2, max_reject_fraction=0.1)
+    died = [ln for ln in pool_log.read_text(errors="replace").splitlines()
+            if "failing the first attempt of shard 0 mid-write (pid" in ln]
+    assert len(died) == 1, pool_log.read_text(errors="replace")[-3000:]
+    assert f"(pid {os.getpid()})" not in died[0]  # a worker process died, not this one
+    name = job["options"]["job_name"]
+    log = flink.log_path.read_text(errors="replace")
+    assert len([ln for ln in log.splitlines() if f"Job {name} (" in ln and "RUNNING to RESTARTING" in ln]) == 1
+    assert_same_output(got, want)
+    assert result.totals.records == 1500 - 1500 // 53
+
+
+def test_flink_runner_starts_the_job_server_from_the_manifest_jar(flink, tmp_path, caplog):
+    """What docs/running-on-flink.md tells users: ``--runner=FlinkRunner`` with
+    ``--flink_job_server_jar`` (the manifest-only jar ``flink-local fetch`` writes) starts the
+    job server itself, runs on Flink, and stops it.  (``flink`` only for the jars and the marker.)"""
+    import logging
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io.clusters.flink import job_server_jar
+
+    lines = example_rows(600, seed=23, bad_every=31)
+    inp = tmp_path / "in.csv"
+    write_csv(inp, lines)
+    want = str(tmp_path / "fnapi")
+    fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=2, max_reject_fraction=0.1)
+    got = str(tmp_path / "flink")
+    caplog.set_level(logging.INFO)  # Beam logs the job server's own output at INFO
+    conv = tbeam.ConversionOptions(inputs=str(inp), input_format="csv", schema=EXAMPLE_SCHEMA, output=got,
+                                   num_shards=2, max_reject_fraction=0.1)
+    result = tbeam.run_conversion(conv, PipelineOptions([
+        "--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={job_server_jar()}",
+        "--environment_type=LOOPBACK", "--parallelism=2"]))
+    assert result.requested_runner == "FlinkRunner" and result.runner.startswith("PortableRunner"), result.runner
+    # Beam started (and stopped) our jar, and the job server it started ran the job on Flink.
+    assert f"'-jar', '{job_server_jar()}'" in caplog.text or str(job_server_jar()) in caplog.text, caplog.text[-3000:]
+    assert f"pipeline runner {FLINK_RUNNER}" in caplog.text, caplog.text[-3000:]
+    assert "switched from state RUNNING to FINISHED" in caplog.text
+    assert_same_output(got, want)
