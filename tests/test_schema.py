@@ -64,8 +64,6 @@ def test_load_from_file(tmp_path):
     ("record_type: table\nfeatures: [{name: a, type: float}]", "unknown record_type 'table'"),
     ("record_type: sequence_example\ngroup_by: g\nsequence: [{name: a, type: float}]",
      "group_by 'g' names no context feature"),
-    ("record_type: sequence_example\ncontext: [{name: g, type: string}]\nsequence: [{name: a, type: float}]",
-     "needs 'group_by'"),
     ("features: [{name: a, type: float}]\ncsv: {delimiter: ';;'}", "delimiter must be one character"),
     ("features: [", "not valid YAML"),
 ])
@@ -114,3 +112,18 @@ def test_parse_spec_sequence_example():
     assert ctx["country"] == tf.io.FixedLenFeature([], tf.string, default_value="?")
     assert seq["ts"] == tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True)
     assert seq["scores"] == tf.io.RaggedFeature(tf.float32, row_splits_dtype=tf.int64)
+
+
+def test_group_by_is_needed_only_to_group_rows(tmp_path):
+    """A sequence_example schema without group_by describes records (a DataFrame of array columns,
+    the loader); converting CSV/JSON rows needs it, and the converters say so before any work."""
+    from tfrecord_io.conversion.options import ConversionOptions
+
+    path = tmp_path / "s.yaml"
+    path.write_text("record_type: sequence_example\ncontext: [{name: g, type: string}]\n"
+                    "sequence: [{name: a, type: float}]\n")
+    schema = Schema.load(str(path))
+    assert schema.group_by is None and [f.name for f in schema.sequence] == ["a"]
+    opts = ConversionOptions(inputs=("in.csv",), input_format="csv", schema=str(path), output=str(tmp_path / "out"))
+    with pytest.raises(SchemaError, match="needs 'group_by' to convert csv rows"):
+        opts.load_schema()

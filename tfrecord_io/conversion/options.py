@@ -167,6 +167,9 @@ class ConversionOptions:
                 schema = Schema.load(self.schema)
             except FileNotFoundError as e:
                 raise SchemaError(f"schema file {self.schema} does not exist") from e
+        if schema.record_type == "sequence_example" and not schema.group_by and self.input_format in TEXT_FORMATS:
+            raise SchemaError(f"{self.schema_name} needs 'group_by' to convert {self.input_format} rows to "
+                              f"sequence_example records: the rows sharing a group_by value become one record")
         if self.record_type is not None and self.record_type != schema.record_type:
             raise SchemaError(f"--record-type {self.record_type} does not match {self.schema_name}, whose "
                               f"record_type is {schema.record_type}")

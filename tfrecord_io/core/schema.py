@@ -283,9 +283,7 @@ class Schema:
                 raise SchemaError("a sequence_example schema uses 'context' and 'sequence', not 'features'")
             if not self.sequence:
                 raise SchemaError("a sequence_example schema needs a non-empty 'sequence' list")
-            if not self.group_by:
-                raise SchemaError("a sequence_example schema needs 'group_by'")
-            if self.group_by not in {f.name for f in self.context}:
+            if self.group_by is not None and self.group_by not in {f.name for f in self.context}:
                 raise SchemaError(f"group_by {_show(self.group_by)} names no context feature; "
                                   f"context features: {[f.name for f in self.context]}")
             if self.order_by is not None and self.order_by not in {f.name for f in self.input_features}:
