@@ -271,3 +271,87 @@ def test_beam_refuses_spark_only_formats_with_exit_2(tmp_path):
     proc = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(tmp_path / "in"), "--format", "parquet",
                            "--schema", str(tmp_path / "s.yaml"), "--output", str(tmp_path / "out"), check=False)
     assert proc.returncode == 2 and "is read by Spark" in proc.stderr, proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- spark-tfrecord compatibility
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _golden_frames(spark):
+    """The DataFrames behind tests/golden/spark-tfrecord (see make_spark_tfrecord_golden.py)."""
+    import sys
+
+    from pyspark.sql import types as T
+
+    sys.path.insert(0, str(GOLDEN))
+    try:
+        from make_spark_tfrecord_golden import example_rows, sequence_rows
+    finally:
+        sys.path.remove(str(GOLDEN))
+    example = T.StructType([
+        T.StructField("id", T.LongType()), T.StructField("x", T.DoubleType()),
+        T.StructField("name", T.StringType()), T.StructField("vec", T.ArrayType(T.FloatType())),
+        T.StructField("tags", T.ArrayType(T.StringType())), T.StructField("blob", T.BinaryType())])
+    sequence = T.StructType([
+        T.StructField("session", T.StringType()), T.StructField("country", T.StringType()),
+        T.StructField("ts", T.ArrayType(T.ArrayType(T.LongType()))),
+        T.StructField("items", T.ArrayType(T.ArrayType(T.StringType()))),
+        T.StructField("prices", T.ArrayType(T.ArrayType(T.FloatType())))])
+    return (example_rows(), spark.createDataFrame(example_rows(), example).coalesce(1),
+            sequence_rows(), spark.createDataFrame(sequence_rows(), sequence).coalesce(1))
+
+
+def _protos(directory: Path, proto) -> list:
+    """Every record of a directory's part files, parsed by TensorFlow's own proto class."""
+    from tfrecord_io.core.framing import compression_from_path, read_records
+
+    out = []
+    for part in sorted(directory.glob("part-*")):
+        with open(part, "rb") as f:
+            out += [proto.FromString(r) for r in read_records(f, compression=compression_from_path(str(part)))]
+    return out
+
+
+def test_reads_spark_tfrecords_own_output_to_the_same_values(tfspark):
+    """Files that spark-tfrecord 0.7.0 wrote (tests/golden/spark-tfrecord, made by the peer jar itself)."""
+    rows, _, sessions, _ = _golden_frames(tfspark)
+    for name in ("example", "example-gzip"):
+        df = tfspark.read.format("tfrecord").load(str(GOLDEN / "spark-tfrecord" / name))
+        assert dict(df.dtypes) == {"id": "bigint", "x": "float", "name": "string", "vec": "array<float>",
+                                   "tags": "array<string>", "blob": "binary"}, name
+        got = sorted((r["id"], r["x"], r["name"], r["vec"], r["tags"], bytes(r["blob"])) for r in df.collect())
+        assert got == [(r["id"], r["x"], r["name"], r["vec"], r["tags"], r["blob"]) for r in rows], name
+    df = tfspark.read.format("tfrecord").load(str(GOLDEN / "spark-tfrecord" / "sequence"))
+    assert dict(df.dtypes) == {"session": "string", "country": "string", "ts": "array<bigint>",
+                               "items": "array<array<string>>", "prices": "array<float>"}
+    got = {r["session"]: (r["country"], r["ts"], r["items"], r["prices"]) for r in df.collect()}
+    assert got == {s["session"]: (s["country"], [t[0] for t in s["ts"]], s["items"], [p[0] for p in s["prices"]])
+                   for s in sessions}
+
+
+def test_writes_what_spark_tfrecord_writes_examples_and_sequence_examples(tfspark, tmp_path):
+    """The same DataFrames through our data source give the same tf.train protos as spark-tfrecord's
+    files (compared with TensorFlow's proto classes), SequenceExamples from array-of-array columns."""
+    rows, examples, sessions, seqs = _golden_frames(tfspark)
+    examples.write.format("tfrecord").mode("overwrite").save(str(tmp_path / "ex"))
+    seqs.write.format("tfrecord").mode("overwrite").option("recordType", "SequenceExample") \
+        .option("codec", "org.apache.hadoop.io.compress.GzipCodec").save(str(tmp_path / "seq"))
+    peer = GOLDEN / "spark-tfrecord"
+    assert _protos(tmp_path / "ex", tf.train.Example) == _protos(peer / "example", tf.train.Example)
+    ours = _protos(tmp_path / "seq", tf.train.SequenceExample)
+    assert ours == _protos(peer / "sequence", tf.train.SequenceExample) and len(ours) == len(sessions)
+    manifest = output.read_manifest(str(tmp_path / "seq"))
+    assert manifest["record_type"] == "sequence_example" and manifest["compression"] == "gzip"
+    assert {f["name"]: f.get("shape") for f in manifest["schema"]["sequence"]} == \
+        {"ts": [-1], "items": [-1], "prices": [-1]}
+    assert [f["name"] for f in manifest["schema"]["context"]] == ["session", "country"]
+    # ... and read back, to the DataFrame written
+    back = {r["session"]: r.asDict() for r in tfspark.read.format("tfrecord").load(str(tmp_path / "seq")).collect()}
+    assert back == {s["session"]: s for s in sessions}
+
+
+def test_sequence_example_needs_a_feature_list_column(tfspark, tmp_path):
+    with pytest.raises(Exception, match="recordType SequenceExample needs at least one array-of-arrays column"):
+        tfspark.range(3).write.format("tfrecord").mode("overwrite").option("recordType", "SequenceExample") \
+            .save(str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()

@@ -104,10 +104,20 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
 
     inp, schema, rows = _data(tmp_path)
     got = {}
-    for engine in ("spark", "beam"):
+    for engine in ("spark", "beam", "dataframe"):
         out = tmp_path / engine
-        top = convert(engine, spark if engine == "spark" else None, inp, "json", schema, str(out),
-                      split="train=8,eval=1,test=1", split_by=feature, num_shards=2)
+        if engine == "dataframe":  # df.write.format("tfrecord") with option split / splitBy
+            from tfrecord_io.engines import spark_datasource
+
+            spark_datasource.register(spark)
+            writer = spark.read.json(inp).repartition(2).write.format("tfrecord").mode("overwrite") \
+                .option("schema", schema).option("split", "train=8,eval=1,test=1").option("maxRejectFraction", "1")
+            writer = writer.option("splitBy", feature) if feature else writer
+            writer.save(str(out))
+            top = output.read_manifest(str(out))
+        else:
+            top = convert(engine, spark if engine == "spark" else None, inp, "json", schema, str(out),
+                          split="train=8,eval=1,test=1", split_by=feature, num_shards=2)
         assert (out / "_SUCCESS").exists() and set(top["splits"]) == {"train", "eval", "test"}
         per_split = {}
         for name in ("train", "eval", "test"):
@@ -124,7 +134,7 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
         n = sum(int(f["n"].shape[0]) for f in make_dataset(str(out / "eval"), batch_size=64,
                                                            prefetch_to_device=False, features=["n"]))
         assert n == top["splits"]["eval"]["records"]
-    assert got["spark"] == got["beam"]  # row for row
+    assert got["spark"] == got["beam"] == got["dataframe"]  # row for row
     # --overwrite replaces a split output (its split directories are a conversion's own)
     again = convert("beam", None, inp, "json", schema, str(tmp_path / "beam"), split="train=8,eval=1,test=1",
                     split_by=feature, num_shards=2, overwrite=True)

@@ -248,9 +248,6 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
 
     from tfrecord_io.engines import spark_datasource
 
-    if split_config is not None:
-        raise ValueError(f"--split is not yet supported with --format {options.input_format}; convert, then "
-                         f"split with the CSV/JSON job, or split the DataFrame yourself")
     if schema.record_type != "example":
         raise SchemaError(f"--format {options.input_format} writes example records; {options.schema_name} is for "
                           f"{schema.record_type}")
@@ -284,10 +281,15 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
     output.prepare_output(out, overwrite=options.overwrite, inputs=[] if fmt == "table" else options.inputs,
                           input_paths=files)
     spark.dataSource.register(spark_datasource.JobDataSource)
-    (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
-     .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
-     .option("compression", options.compression).option("maxRejectFraction", str(options.max_reject_fraction))
-     .save(out))
+    writer = (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
+              .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
+              .option("compression", options.compression)
+              .option("maxRejectFraction", str(options.max_reject_fraction)))
+    if split_config is not None:
+        writer = writer.option("split", options.split)
+        if options.split_by:
+            writer = writer.option("splitBy", options.split_by)
+    writer.save(out)
     manifest = dict(output.read_manifest(out))
     manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}

@@ -27,12 +27,17 @@ Options
     (:mod:`tfrecord_io.conversion.columns`; ``allowMissingColumns`` / ``ignoreExtraColumns`` opt out).
     Without it the schema comes from the DataFrame's types: byte/short/int/long and boolean to
     ``int64``, float and double to ``float``, string to ``string``, binary to ``bytes``, arrays of
-    those to ``[-1]`` lists.  Any other type (map, struct, timestamp, date, decimal, nested
-    arrays) fails before any task starts, naming the column and the cast to use.
+    those to ``[-1]`` lists (arrays of arrays: SequenceExample feature lists).  Any other type
+    (map, struct, timestamp, date, decimal) fails before any task starts, naming the column and
+    the cast to use.
     ``compression``: ``none`` (default), ``gzip``, ``zlib``; spark-tfrecord's ``codec`` with
     Hadoop class names (``org.apache.hadoop.io.compress.GzipCodec``, ``DefaultCodec``) too.
-    ``recordType``: ``Example`` (default); ``SequenceExample`` is not written from DataFrames yet
-    (an error says so).  ``maxRejectFraction``: as the job's ``--max-reject-fraction``.
+    ``recordType``: ``Example`` (default) or ``SequenceExample``, spark-tfrecord's layout: one row
+    per record, an array-of-arrays column is a feature list (one array per step), every other
+    column a context feature.  ``maxRejectFraction``: as the job's ``--max-reject-fraction``.
+    ``split`` (``"train=8,eval=1,test=1"``) and ``splitBy`` (a feature): TFX ExampleGen's
+    assignment, as the job's ``--split`` / ``--split-by`` (:mod:`tfrecord_io.conversion.splits`):
+    ``<path>/<split>/`` is a complete output per split, ``_SUCCESS`` at the top after all of them.
 
 Save modes
     Spark runs Python data sources in ``append`` and ``overwrite`` mode only (its default,
@@ -58,6 +63,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     WriterCommitMessage)
 
 from tfrecord_io.core import codec
+from tfrecord_io.conversion.splits import Splits
 
 from tfrecord_io.conversion import columns
 
@@ -95,25 +101,36 @@ def _scalar_type(dt) -> str | None:
     return None
 
 
-def schema_from_spark(struct) -> Schema:
-    """The Example schema a DataFrame's types give (module doc); TypeError naming a column we cannot write."""
+def schema_from_spark(struct, record_type: str = "example") -> Schema:
+    """The schema a DataFrame's types give (module doc); TypeError naming a column we cannot write.
+
+    For ``sequence_example`` (spark-tfrecord's layout: one row per record) an array of arrays is a
+    feature list whose steps are lists, and every other column a context feature."""
     from pyspark.sql import types as T
 
-    features = []
+    features, sequence = [], []
     for f in struct.fields:
         dt = f.dataType
-        kind, shape = _scalar_type(dt), None
+        kind, shape, steps = _scalar_type(dt), None, False
         if kind is None and isinstance(dt, T.ArrayType):
             kind, shape = _scalar_type(dt.elementType), (-1,)
+            if kind is None and record_type == "sequence_example" and isinstance(dt.elementType, T.ArrayType):
+                kind, steps = _scalar_type(dt.elementType.elementType), True
         if kind is None:
             what = type(dt).__name__
             fix = _CASTS.get(what, "cast it to a number, string or binary column (or an array of one)")
-            raise TypeError(f"column {f.name!r} has type {dt.simpleString()}, which a tf.train.Example cannot hold: "
+            record = "tf.train.SequenceExample" if record_type == "sequence_example" else "tf.train.Example"
+            raise TypeError(f"column {f.name!r} has type {dt.simpleString()}, which a {record} cannot hold: "
                             f"{fix}, or drop it")
-        features.append(Feature(name=f.name, type=kind, shape=shape))
-    if not features:
+        (sequence if steps else features).append(Feature(name=f.name, type=kind, shape=shape))
+    if not features and not sequence:
         raise TypeError("the DataFrame has no columns")
-    return Schema(record_type="example", features=tuple(features))
+    if record_type == "example":
+        return Schema(record_type="example", features=tuple(features))
+    if not sequence:
+        raise TypeError("recordType SequenceExample needs at least one array-of-arrays column (a feature list: "
+                        "one array per step); the DataFrame has none")
+    return Schema(record_type="sequence_example", context=tuple(features), sequence=tuple(sequence))
 
 
 @dataclass
@@ -121,7 +138,7 @@ class _Written(WriterCommitMessage):
     """What one task attempt wrote (its shard and rejects) and counted."""
 
     partition: int
-    shard: dict
+    shards: list            # one per split (one without splits)
     rejects: dict | None
     input_rows: int
     records: int
@@ -136,12 +153,15 @@ class _Writer(DataSourceArrowWriter):
     compression: str
     job_id: str
     max_reject_fraction: float
+    splits: Splits | None = None  # option("split", "train=8,eval=1") (+ "splitBy"): TFX's assignment
     fail_first_attempt: str = ""  # fault injection (tests): as the job's TFRECORD_IO_FAIL_FIRST_ATTEMPT
     stall_first_attempt: str = ""  # and TFRECORD_IO_STALL_FIRST_ATTEMPT (a straggler, for speculation)
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
-        self.arrow = pa.schema([pa.field(f.name, f.arrow_type()) for f in self.schema.features])
+        s = self.schema
+        self.arrow = pa.schema([pa.field(f.name, f.arrow_type()) for f in s.features + s.context] +
+                               [pa.field(f.name, pa.list_(f.arrow_type())) for f in s.sequence])
 
     # -- executors ---------------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
@@ -154,6 +174,9 @@ class _Writer(DataSourceArrowWriter):
         present: Counter = Counter()
         rejects: list[dict] = []
 
+        example = self.schema.record_type == "example"
+        encode = codec.encode_examples if example else codec.encode_sequence_examples
+
         def records():
             for batch in iterator:
                 if batch.num_rows == 0:
@@ -161,6 +184,17 @@ class _Writer(DataSourceArrowWriter):
                 counts["input_rows"] += batch.num_rows
                 typed = self._typed(batch)
                 errors = codec.row_errors(typed, self.schema)
+                encoded = None
+                which = None
+                if self.splits is not None:
+                    keep = np.array([e is None for e in errors], dtype=bool)
+                    encoded = encode(typed.filter(pa.array(keep)), self.schema)
+                    assigned, why = self.splits.assign(encoded.to_pylist())
+                    for j, i in enumerate(np.flatnonzero(keep)):
+                        if assigned[j] is None:
+                            errors[i] = why[j]
+                    which = np.array([w for w in assigned if w is not None], dtype=np.int64)
+                    encoded = encoded.filter(pa.array([w is not None for w in assigned]))
                 bad = np.array([e is not None for e in errors], dtype=bool)
                 if bad.any():
                     rows = batch.filter(pa.array(bad)).to_pylist()
@@ -169,8 +203,12 @@ class _Writer(DataSourceArrowWriter):
                     typed = typed.filter(pa.array(~bad))
                 if typed.num_rows:
                     counts["records"] += typed.num_rows
-                    present.update(codec.present_counts(typed, self.schema))
-                    yield codec.encode_examples(typed, self.schema)
+                    if example and self.splits is None:
+                        present.update(codec.present_counts(typed, self.schema))
+                    if self.splits is None:
+                        yield encode(typed, self.schema)
+                    else:
+                        yield encoded, which
 
         from tfrecord_io.engines.spark import _after_first_batch, _die, _first_attempt_of, _stall
 
@@ -181,11 +219,16 @@ class _Writer(DataSourceArrowWriter):
             temporary = fs.join(self.path, output.TEMPORARY)
             batches = _after_first_batch(batches, lambda: _stall(attempt, temporary))
         name = f"part-{part:05d}.tfrecord"
-        shard = output.write_shard(batches, self.path, attempt, name, self.compression)
+        if self.splits is None:
+            shards = [output.write_shard(batches, self.path, attempt, name, self.compression)]
+        else:
+            shards = output.write_split_shards(batches, self.path, attempt,
+                                               [f"{s}/{name}" for s in self.splits.names], self.compression)
         written = output.write_rejects(iter(rejects), self.path, attempt, f"part-{part:05d}.jsonl")
-        return _Written(part, output.written_file_dict(shard),
+        return _Written(part, [output.written_file_dict(s) for s in shards],
                         output.written_file_dict(written) if written else None,
-                        counts["input_rows"], counts["records"], len(rejects), dict(present))
+                        counts["input_rows"], counts["records"], len(rejects),
+                        dict(present) if example and self.splits is None else None)
 
     def _typed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = []
@@ -203,18 +246,25 @@ class _Writer(DataSourceArrowWriter):
         messages = sorted((m for m in messages if m is not None), key=lambda m: m.partition)
         n = len(messages)
         files, rejects = [], []
-        totals = output.ConversionTotals(present=output.sum_present(m.present for m in messages))
+        presents = [m.present for m in messages]
+        totals = output.ConversionTotals(present=output.sum_present(presents) if None not in presents else None)
         for k, m in enumerate(messages):
-            shard = output.WrittenFile(**m.shard)
-            files.append(output.WrittenFile(shard.temp_path, output.shard_name(k, n, self.compression),
-                                            shard.records, shard.bytes))
+            for shard in (output.WrittenFile(**s) for s in m.shards):
+                split = shard.final_name.rpartition("/")[0]
+                final = output.shard_name(k, n, self.compression)
+                files.append(output.WrittenFile(shard.temp_path, f"{split}/{final}" if split else final,
+                                                shard.records, shard.bytes))
             if m.rejects:
                 rejects.append(output.WrittenFile(**m.rejects))
             totals.input_rows += m.input_rows
             totals.records += m.records
             totals.rejected += m.rejected
-        output.commit(self.path, files, rejects, totals, schema=self.schema, compression=self.compression,
-                      engine="spark-datasource", max_reject_fraction=self.max_reject_fraction)
+        common = dict(schema=self.schema, compression=self.compression, engine="spark-datasource",
+                      max_reject_fraction=self.max_reject_fraction)
+        if self.splits is None:
+            output.commit(self.path, files, rejects, totals, **common)
+        else:
+            output.commit_splits(self.path, self.splits, files, rejects, totals, **common)
 
     def abort(self, messages: list) -> None:
         temporary = fs.join(self.path, output.TEMPORARY)
@@ -256,25 +306,31 @@ class TFRecordDataSource(DataSource):
         files, manifest_schema = _files_of(path.rstrip("/") or "/")
         return files, Schema.load(opts["schema"]) if "schema" in opts else manifest_schema, opts
 
-    def schema(self):
+    @staticmethod
+    def _infer(files) -> Schema:
+        """The schema of files without a manifest, from a bounded sample of their first records."""
         from tfrecord_io.core.framing import read_records
 
-        files, schema, _ = self._source()
-        if schema is None:  # infer from a bounded sample of the first files' records
-            def records():
-                for uri, comp in files:
-                    with fs.open(uri, "rb") as f:
-                        yield from read_records(f, name=uri, compression=comp)
+        def records():
+            for uri, comp in files:
+                with fs.open(uri, "rb") as f:
+                    yield from read_records(f, name=uri, compression=comp)
 
-            schema = schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
-        return spark_struct(schema)
+        return schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+
+    def schema(self):
+        files, schema, _ = self._source()
+        return spark_struct(schema if schema is not None else self._infer(files))
 
     def reader(self, schema) -> _Reader:
         from pyspark.sql.pandas.types import to_arrow_type
 
         files, tf_schema, opts = self._source()
-        if tf_schema is None:
-            tf_schema = schema_from_spark(schema)  # the user's .schema(StructType)
+        if tf_schema is None:  # the records' own layout (the columns' types are cast to `schema`'s)
+            try:
+                tf_schema = self._infer(files)
+            except ValueError:  # no records to infer from: the user's .schema(StructType)
+                tf_schema = schema_from_spark(schema)
         known = {f.name for f in tf_schema.input_features}
         unknown = [f.name for f in schema.fields if f.name not in known]
         if unknown:
@@ -292,11 +348,9 @@ class TFRecordDataSource(DataSource):
         if not path:
             raise ValueError("df.write.format('tfrecord') needs a path: .save(path)")
         path = path.rstrip("/") or "/"
-        record_type = opts.get("recordtype", "Example").lower()
-        if record_type == "sequenceexample":
-            raise ValueError("recordType SequenceExample is not written from DataFrames yet; write Examples, or "
-                             "convert CSV/JSON with the job (tfrecord-io convert) and a sequence_example schema")
-        if record_type != "example":
+        record_type = {"example": "example", "sequenceexample": "sequence_example"}.get(
+            opts.get("recordtype", "Example").lower())
+        if record_type is None:
             raise ValueError(f"recordType must be Example or SequenceExample, got {opts['recordtype']!r}")
         codec_name = opts.get("compression", opts.get("codec", "none")).lower()
         if codec_name not in _CODECS:
@@ -306,13 +360,22 @@ class TFRecordDataSource(DataSource):
             tf_schema = Schema.load(opts["schema"]) if "schema" in opts else \
                 Schema.from_dict(json.loads(opts["schemajson"]))
             opts.setdefault("schema", "the schema")
-            if tf_schema.record_type != "example":
-                raise SchemaError(f"{opts['schema']}: only example schemas are written from DataFrames yet")
+            if "recordtype" in opts and tf_schema.record_type != record_type:
+                raise SchemaError(f"recordType {opts['recordtype']} does not match {opts['schema']}, whose "
+                                  f"record_type is {tf_schema.record_type}")
             columns.check_columns(tf_schema, {"the DataFrame": [f.name for f in schema.fields]}, input_format="table",
                                   allow_missing=_true(opts.get("allowmissingcolumns")),
                                   ignore_extra=_true(opts.get("ignoreextracolumns")), schema_name=opts["schema"])
         else:
-            tf_schema = schema_from_spark(schema)
+            tf_schema = schema_from_spark(schema, record_type)
+        splits = None
+        if opts.get("split"):
+            if tf_schema.record_type != "example":
+                raise ValueError("option split writes Example records; split SequenceExamples by their group key "
+                                 "before writing")
+            splits = Splits.parse(opts["split"], opts.get("splitby"), tf_schema)
+        elif opts.get("splitby"):
+            raise ValueError("option splitBy needs option split (e.g. 'train=8,eval=1,test=1')")
         if not overwrite and fs.exists(path) and fs.isdir(path) and fs.ls(path):
             raise FileExistsError(f"{path} is not empty: Spark's append mode would mix two outputs; write with "
                                   f".mode('overwrite') to replace a previous conversion's output, or choose another path")
@@ -324,7 +387,7 @@ class TFRecordDataSource(DataSource):
 
         fraction = float(opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION))
         # Fault injection (tests): the job's switches, from the environment or as options.
-        return _Writer(path, tf_schema, _CODECS[codec_name], uuid.uuid4().hex[:12], fraction,
+        return _Writer(path, tf_schema, _CODECS[codec_name], uuid.uuid4().hex[:12], fraction, splits,
                        opts.get("failfirstattempt", os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "")),
                        opts.get("stallfirstattempt", os.environ.get(STALL_FIRST_ATTEMPT_ENV, "")))
 
