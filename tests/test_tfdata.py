@@ -714,6 +714,7 @@ def test_demo_train_fits_a_keras_model(tmp_path):
     result = train_demo(out, epochs=2, batch_size=256, verbose=0)
     assert result["examples"] == 2 * 3000 and result["steps"] == 2 * math.ceil(3000 / 256)
     assert result["examples_per_sec"] > 0 and np.isfinite(result["final_loss"])
+    assert "payment_type" in result["features"]  # the string feature too, through keras_inputs
 
 
 def test_a_sometimes_missing_feature_without_default_is_refused_at_once(spark, tmp_path):

@@ -140,7 +140,8 @@ def _convert_inspect_train(args, schema: str, input_uri: str, output_uri: str) -
         record = next(iter(read_records(fh, name=first, compression=manifest["compression"])))
     print(f"      first record: {json.dumps(record_to_json(decode_record(record)))[:300]}")
 
-    _step(4, f"training a Keras model with model.fit(make_dataset({output_uri!r}))")
+    _step(4, f"training a Keras model: inputs and preprocessing from the schema (keras_inputs), "
+             f"model.fit(make_dataset({output_uri!r}))")
     train_demo(output_uri, epochs=args.epochs, verbose=0)  # prints examples/s
     print("\ndemo done: CSV -> TFRecords (Spark) -> tf.data -> Keras")
     return 0

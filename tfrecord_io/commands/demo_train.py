@@ -2,7 +2,9 @@
 
 The demo's last step: after the converter has written an output directory (schema
 ``conf/taxi.yaml``: 10 float and 5 int64 features, a string, an int64 0/1 label),
-:func:`train_demo` fits a few Dense layers on the numeric features and reports examples/s::
+:func:`train_demo` builds the model's inputs and preprocessing from the schema
+(:func:`~tfrecord_io.engines.keras_inputs.keras_inputs`), fits a few Dense layers and reports
+examples/s::
 
     python -m tfrecord_io.commands.demo_train demo-output/trips --epochs 2
 
@@ -73,7 +75,8 @@ def make_demo_output(output_dir: str, rows: int = 100_000, shards: int = 4, comp
 
 
 def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
-    """``(model, to_xy, names)``: the demo's compiled Keras model for an example ``schema``.
+    """``(model, to_xy, names)``: a fixed numeric Keras model for an example ``schema`` (the train-step
+    benchmark's, ``benchmarks/bench_train_step.py``; the demo builds its model with ``keras_inputs``).
 
     The model sees every scalar float/int64 feature ``names`` (cast to float32, stacked, batch-
     normalized) through two Dense layers.  An int64 label is taken as a 0/1 class (binary
@@ -116,7 +119,8 @@ def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
 def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, learning_rate: float = 1e-3,
                seed: int | None = 0, verbose: int = 1, prefetch_to_device: bool | str = "auto",
                **loader_options) -> dict:
-    """Fit :func:`numeric_model` on ``source`` with ``model.fit(make_dataset(...))``; returns what it measured.
+    """Fit a model built with :func:`tfrecord_io.engines.keras_inputs.keras_inputs` on ``source``
+    with ``model.fit(make_dataset(...))``; returns what it measured.
 
     Returns ``{"examples", "steps", "seconds", "examples_per_sec", "final_loss", "features"}``
     (plus ``"steady_examples_per_sec"``, the rate after the first epoch, when there is a manifest
@@ -126,23 +130,33 @@ def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, 
     import keras
     import tensorflow as tf
 
-    from tfrecord_io.engines.tfdata import make_dataset, prefetch_to_gpu, resolve_source, steps_per_epoch
+    from tfrecord_io.engines.keras_inputs import keras_inputs
+    from tfrecord_io.engines.tfdata import prefetch_to_gpu, resolve_source, steps_per_epoch
 
     src = resolve_source(source)
     resolved = schema or src.schema
     if resolved is None:
         raise ValueError("train_demo needs a schema: pass schema= for a source without a manifest")
-    model, to_xy, names = numeric_model(resolved, learning_rate=learning_rate, seed=seed)
+    # The model: Keras inputs and preprocessing from the schema (keras_inputs: normalization for
+    # numbers, lookups for categories), then two Dense layers and the label's head.
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    prep = keras_inputs(src, schema=schema)
+    h = keras.layers.Dense(64, activation="relu")(prep.encoded)
+    h = keras.layers.Dense(32, activation="relu")(h)
+    model = keras.Model(prep.inputs, prep.output_layer()(h))
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=prep.loss, metrics=prep.metrics)
+    names = list(prep.features)
     # With a manifest: one endless dataset and exact steps per epoch (the pipeline is built once);
     # without: Keras reads the dataset to its end in each epoch.
     steps = steps_per_epoch(src, batch_size) if src.total_records is not None else None
-    ds = make_dataset(src, schema=schema, batch_size=batch_size, seed=seed,
-                      num_epochs=None if steps else 1, prefetch_to_device=False, **loader_options)
+    ds = prep.dataset(batch_size=batch_size, seed=seed, num_epochs=None if steps else 1, prefetch_to_device=False,
+                      **loader_options)
     seen = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def counted(features, label):
         seen.assign_add(tf.shape(label, out_type=tf.int64)[0])
-        return to_xy(features, label)
+        return features, label
 
     train = prefetch_to_gpu(ds.map(counted, num_parallel_calls=tf.data.AUTOTUNE), prefetch_to_device)
 

@@ -763,7 +763,8 @@ def _target_device(option, input_context, element_spec) -> str | None:
                          "strategy copies batches to its devices; leave prefetch_to_device='auto'")
     gpus = tf.config.list_logical_devices("GPU")
     if option == "auto":
-        dense = all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(element_spec))
+        # dense numbers only: strings stay in host memory (a Keras StringLookup runs on the CPU)
+        dense = all(isinstance(s, tf.TensorSpec) and s.dtype != tf.string for s in tf.nest.flatten(element_spec))
         return "/gpu:0" if gpus and dense else None
     if option is True:
         if not gpus:
@@ -786,7 +787,8 @@ def _autotune_on(option: bool | None) -> bool:
 
 def prefetch_to_gpu(dataset, device: bool | str = "auto"):
     """``dataset`` followed by ``tf.data.experimental.prefetch_to_device`` (``"auto"``: onto
-    ``/gpu:0`` when TensorFlow sees a GPU and every tensor is dense; else ``dataset`` unchanged).
+    ``/gpu:0`` when TensorFlow sees a GPU and every tensor is dense and numeric; else ``dataset``
+    unchanged).
 
     For pipelines that transform :func:`make_dataset`'s batches further: build it with
     ``prefetch_to_device=False``, add the transformations, then end with this (tf.data needs the

@@ -1,0 +1,251 @@
+"""Keras inputs and preprocessing from the schema: the boilerplate every model on our outputs repeats.
+
+    import keras
+    import tfrecord_io
+    from tfrecord_io.engines.keras_inputs import keras_inputs
+
+    prep = keras_inputs("hdfs://nn/tfrecords/trips")             # schema from the manifest
+    h = keras.layers.Dense(64, activation="relu")(prep.encoded)
+    model = keras.Model(prep.inputs, prep.output_layer()(h))
+    model.compile("adam", loss=prep.loss, metrics=prep.metrics)
+    model.fit(prep.dataset(batch_size=256), epochs=3)           # make_dataset + the label mapping
+
+What it builds, per feature of the schema (or of ``features=``; the label is left out):
+
+* a ``keras.Input`` named as the feature, with its dtype and shape (scalars ``()``, ``[k]``
+  features ``(k,)``), so that a dict batch of :func:`~tfrecord_io.engines.tfdata.make_dataset`
+  matches it by name;
+* numbers (``float``, ``int64``): ``Normalization`` with the mean and variance of the data;
+  an ``int64`` feature with at most ``max_categories`` distinct values is a category instead
+  (``IntegerLookup``, one-hot), as are ``string`` / ``bytes`` features (``StringLookup``,
+  one-hot, the ``max_categories`` most frequent values plus one out-of-vocabulary slot);
+* the preprocessed features concatenated into one float tensor, ``encoded``.
+
+The label decides the head: a ``float`` label is regression (1 unit, mean squared error); an
+``int64`` label with values 0/1 is binary (1 sigmoid unit, binary cross-entropy); any other
+``int64`` or a ``string`` label is a class out of ``label_classes`` (softmax, sparse
+categorical cross-entropy; a string label is mapped to its class index by :meth:`dataset`).
+
+The statistics come from ``stats=`` -- what ``tfrecord-io stats --json`` prints, as a dict or a
+path -- or else from one bounded pass over the first ``sample_records`` records of the source
+(shuffled files), so that the helper never reads a whole dataset.  Variable-length list features
+(``shape: [-1]``) have no fixed input shape: they are refused with a message unless left out
+through ``features=``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfrecord_io.core.schema import Feature, Schema
+
+__all__ = ["KerasInputs", "keras_inputs"]
+
+DEFAULT_SAMPLE_RECORDS = 20_000
+DEFAULT_MAX_CATEGORIES = 100
+
+
+@dataclass(frozen=True)
+class KerasInputs:
+    """What :func:`keras_inputs` built (see the module doc)."""
+
+    source: Any
+    schema: Schema
+    inputs: dict                       # feature name -> keras.Input
+    encoded: Any                       # the preprocessed features, concatenated (float32)
+    features: tuple[str, ...]
+    label: str | None
+    label_classes: tuple | None        # class values (None: regression or binary)
+    loss: str | None
+    metrics: list = field(default_factory=list)
+
+    @property
+    def output_units(self) -> int:
+        return len(self.label_classes) if self.label_classes is not None else 1
+
+    def output_layer(self, name: str = "prediction"):
+        """The model's last layer for this label (module doc)."""
+        import keras
+
+        if self.label_classes is not None:
+            return keras.layers.Dense(len(self.label_classes), activation="softmax", name=name)
+        binary = self.loss == "binary_crossentropy"
+        return keras.layers.Dense(1, activation="sigmoid" if binary else None, name=name)
+
+    def dataset(self, **make_dataset_options):
+        """``make_dataset(source, features=...)`` with a string label mapped to its class index,
+        ready for ``model.fit``."""
+        import tensorflow as tf
+
+        from tfrecord_io.engines.tfdata import make_dataset
+
+        ds = make_dataset(self.source, schema=self.schema, features=list(self.features),
+                          **make_dataset_options)
+        label = self.schema.feature(self.label) if self.label else None
+        if label is not None and label.type in ("string", "bytes") and self.label_classes is not None:
+            table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(tf.constant([str(c) for c in self.label_classes]),
+                                                    tf.range(len(self.label_classes), dtype=tf.int64)), -1)
+            ds = ds.map(lambda x, y: (x, table.lookup(y)), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds
+
+
+def _load_stats(stats) -> dict[str, dict]:
+    if stats is None:
+        return {}
+    if isinstance(stats, (str, os.PathLike)):
+        from tfrecord_io.storage import fs
+
+        with fs.open(os.fspath(stats), "rb") as f:
+            stats = json.loads(f.read().decode("utf-8"))
+    try:
+        return {entry["name"]: entry for entry in stats["features"]}
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"stats must be what `tfrecord-io stats --json` prints (a 'features' list): {e}") from e
+
+
+class _Sample:
+    """Per-feature values of the first records of a source (bounded)."""
+
+    def __init__(self, source, schema: Schema, names: list[str], limit: int):
+        import tensorflow as tf
+
+        from tfrecord_io.engines.tfdata import make_dataset
+
+        self.values: dict[str, list] = {n: [] for n in names}
+        with_label = [n for n in names if n != schema.label]
+        ds = make_dataset(source, schema=schema, features=with_label or None, batch_size=1024, num_epochs=1,
+                          shuffle=True, seed=0, prefetch_to_device=False)
+        seen = 0
+        for batch in ds:
+            x, y = batch if isinstance(batch, tuple) else (batch, None)
+            for n in names:
+                t = y if n == schema.label else x[n]
+                self.values[n].append(t.numpy() if not isinstance(t, tf.RaggedTensor) else t.flat_values.numpy())
+            seen += int(next(iter(x.values())).shape[0])
+            if seen >= limit:
+                break
+        self.values = {n: (np.concatenate(v) if v else np.array([])) for n, v in self.values.items()}
+
+
+def _top(values: np.ndarray, k: int) -> list:
+    counts = Counter(v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v.item()
+                     if hasattr(v, "item") else v for v in values.ravel())
+    return [v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[:k]]
+
+
+def _stat_top(entry: dict, k: int) -> list | None:
+    top = (entry.get("strings") or {}).get("top") if entry else None
+    if not top:
+        return None
+    return [t["value"] for t in top[:k] if isinstance(t.get("value"), (str, int))]
+
+
+def keras_inputs(source, *, schema: Schema | dict | str | None = None, features: Sequence[str] | None = None,
+                 stats=None, sample_records: int = DEFAULT_SAMPLE_RECORDS,
+                 max_categories: int = DEFAULT_MAX_CATEGORIES) -> KerasInputs:
+    """Keras inputs, preprocessing and the label's head for ``source`` (module doc).
+
+    Raises ValueError for a feature that has no fixed shape, a schema without an Example
+    layout, or ``stats`` that are not ``tfrecord-io stats --json`` output.
+    """
+    import keras
+
+    from tfrecord_io.engines.tfdata import resolve_source
+    from tfrecord_io.storage import sources
+
+    src = resolve_source(source)
+    resolved = sources.resolve_source(src, schema=schema).schema if schema is not None else src.schema
+    if resolved is None:
+        raise ValueError(f"keras_inputs needs a schema: {src.uri} has no _manifest.json; pass schema=")
+    if resolved.record_type != "example":
+        raise ValueError("keras_inputs builds inputs for Example records; this schema is for SequenceExamples")
+    names = list(features) if features is not None else [f.name for f in resolved.features
+                                                           if f.name != resolved.label]
+    unknown = [n for n in names if n not in {f.name for f in resolved.features}]
+    if unknown:
+        raise ValueError(f"features {unknown} are not in the schema; features: {[f.name for f in resolved.features]}")
+    chosen = [resolved.feature(n) for n in names if n != resolved.label]
+    ragged = [f.name for f in chosen if f.shape is not None and -1 in f.shape]
+    if ragged:
+        raise ValueError(f"variable-length list feature(s) {ragged} have no fixed Keras input shape: leave them "
+                         f"out with features=[...], or give them a fixed shape [k] in the schema")
+    known = _load_stats(stats)
+    need = [f.name for f in chosen if f.name not in known]
+    if resolved.label and resolved.label not in known:
+        need.append(resolved.label)
+    sample = _Sample(src, resolved, need, sample_records).values if need else {}
+
+    inputs, parts = {}, []
+    for f in chosen:
+        shape = tuple(f.shape) if f.shape else ()
+        dtype = {"float": "float32", "int64": "int64"}.get(f.type, "string")
+        inp = keras.Input(shape=shape, dtype=dtype, name=f.name)
+        inputs[f.name] = inp
+        x = inp if shape else keras.layers.Reshape((1,), name=f"{f.name}_as_column")(inp)
+        parts.append(_preprocess(f, x, known.get(f.name), sample.get(f.name), max_categories))
+    if not parts:
+        raise ValueError("keras_inputs needs at least one feature besides the label")
+    encoded = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+
+    label_classes, loss, metrics = None, None, []
+    if resolved.label:
+        lf = resolved.feature(resolved.label)
+        if lf.type == "float":
+            loss = "mse"
+        else:
+            entry = known.get(lf.name)
+            values = sample.get(lf.name)
+            if lf.type == "int64":
+                seen = sorted(_top(values, 1 << 16)) if values is not None else \
+                    list(range(int(entry["numbers"]["min"]), int(entry["numbers"]["max"]) + 1))
+                if set(seen) <= {0, 1}:
+                    loss, metrics = "binary_crossentropy", ["accuracy"]
+                else:
+                    if min(seen) < 0:
+                        raise ValueError(f"label {lf.name!r} has negative classes {min(seen)}: map them to 0..n-1")
+                    label_classes = tuple(range(max(seen) + 1))
+            else:
+                label_classes = tuple(sorted(_stat_top(entry, 1 << 16) or _top(values, 1 << 16), key=str))
+            if label_classes is not None:
+                loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
+    return KerasInputs(src, resolved, inputs, encoded, tuple(f.name for f in chosen), resolved.label,
+                       label_classes, loss, metrics)
+
+
+def _preprocess(f: Feature, x, entry: dict | None, values: np.ndarray | None, max_categories: int):
+    import keras
+
+    if f.type in ("string", "bytes"):
+        vocab = _stat_top(entry, max_categories) if entry else None
+        if vocab is None:
+            vocab = [v for v in _top(values, max_categories) if v != ""] if values is not None else []
+        return keras.layers.StringLookup(vocabulary=[str(v) for v in vocab] or ["<none>"], output_mode="one_hot",
+                                         name=f"{f.name}_lookup")(x)
+    if f.type == "int64":
+        distinct = None
+        if entry is not None and entry.get("numbers", {}).get("min") is not None:
+            lo, hi = entry["numbers"]["min"], entry["numbers"]["max"]
+            distinct = list(range(int(lo), int(hi) + 1)) if hi - lo < max_categories else None
+        elif values is not None and len(values):
+            uniq = np.unique(values)
+            distinct = uniq.tolist() if len(uniq) <= max_categories else None
+        if distinct is not None:
+            return keras.layers.IntegerLookup(vocabulary=[int(v) for v in distinct], output_mode="one_hot",
+                                              name=f"{f.name}_lookup")(x)
+    if entry is not None and entry.get("numbers", {}).get("mean") is not None:
+        mean, var = float(entry["numbers"]["mean"]), float(entry["numbers"]["std"]) ** 2
+    elif values is not None and len(values):
+        finite = values.astype(np.float64)
+        finite = finite[np.isfinite(finite)]
+        mean, var = (float(finite.mean()), float(finite.var())) if len(finite) else (0.0, 1.0)
+    else:
+        mean, var = 0.0, 1.0
+    # (Normalization casts an int64 input to float32 itself)
+    return keras.layers.Normalization(mean=mean, variance=var if var > 0 else 1.0, name=f"{f.name}_norm")(x)
