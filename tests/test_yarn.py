@@ -205,8 +205,9 @@ def assert_same_output(out: str, reference: str, rows: list[dict], tmp: Path) ->
 # ---------------------------------------------------------------------------------------------
 # Section 1: the cluster itself
 # ---------------------------------------------------------------------------------------------
-def test_local_yarn_conf_dir_and_cli(yarn, hdfs):
-    """The fixture's HADOOP_CONF_DIR is complete; ``hdfs-local status`` sees a CLI-started YARN."""
+def test_local_yarn_conf_dir(yarn, hdfs):
+    """The fixture's HADOOP_CONF_DIR is complete: the session HDFS's core-site.xml and a yarn-site.xml
+    naming the running ResourceManager; yarn_status finds it from its base dir."""
     import xml.etree.ElementTree as ET
 
     def props(name):
@@ -222,6 +223,44 @@ def test_local_yarn_conf_dir_and_cli(yarn, hdfs):
     from tfrecord_io.clusters import hdfs_local
 
     assert hdfs_local.yarn_status(yarn.base_dir) == yarn
+
+
+def test_yarn_options_are_checked_before_anything_starts(hdfs, tmp_path):
+    from tfrecord_io.clusters import hdfs_local
+
+    for kw, match in (({"nm_memory_mb": 512}, "nm_memory_mb must be"), ({"nm_vcores": 0}, "nm_vcores must be"),
+                      ({"nm_memory_mb": 2048, "min_allocation_mb": 4096}, "more than the NodeManager")):
+        with pytest.raises(ValueError, match=match):
+            hdfs_local.start_yarn(hdfs, tmp_path / "yarn", **kw)
+    assert not (tmp_path / "yarn").exists()
+
+
+def test_cli_start_yarn_status_stop(tmp_path):
+    """``tfrecord-io hdfs-local start --yarn``: HDFS and YARN outlive the command, the printed
+    HADOOP_CONF_DIR holds all three site files, ``status`` shows both, ``stop`` stops both."""
+    import socket
+
+    from conftest import tfrecord_io_cli
+
+    base = str(tmp_path / "cli")
+    try:
+        out = tfrecord_io_cli("hdfs-local", "start", "--yarn", "--dir", base, timeout=600).stdout
+        assert "local HDFS and YARN are ready" in out, out
+        rm = re.search(r"YARN ResourceManager: (localhost:\d+) \(NodeManager 6144 MiB, 4 vcores\)", out).group(1)
+        conf = Path(re.search(r"export HADOOP_CONF_DIR=(\S+)", out).group(1))
+        assert {"core-site.xml", "hdfs-site.xml", "yarn-site.xml"} <= {p.name for p in conf.iterdir()}
+        assert f"<value>{rm}</value>" in (conf / "yarn-site.xml").read_text()
+        socket.create_connection(("127.0.0.1", int(rm.rsplit(":", 1)[1])), timeout=10).close()
+        status = tfrecord_io_cli("hdfs-local", "status", "--dir", base).stdout
+        assert "is ready, with YARN" in status and rm in status
+        assert "stopped" in tfrecord_io_cli("hdfs-local", "stop", "--dir", base).stdout
+        assert tfrecord_io_cli("hdfs-local", "status", "--dir", base, check=False).returncode == 1
+        with pytest.raises(ConnectionRefusedError):  # the ResourceManager is gone too
+            socket.create_connection(("127.0.0.1", int(rm.rsplit(":", 1)[1])), timeout=5)
+    finally:
+        from tfrecord_io.clusters import hdfs_local
+
+        hdfs_local.stop(base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,11 +376,12 @@ def slim_env(tmp_path_factory):
 def test_slim_env_has_the_converter_and_no_tensorflow(slim_env):
     with tarfile.open(slim_env) as tar:
         members = tar.getnames()
-    tops = {m.split("/")[3] for m in members if m.startswith("lib/python3.11/site-packages/") and m.count("/") >= 3}
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/"
+    tops = {m.split("/")[3] for m in members if m.startswith(site) and m.count("/") >= 3}
     assert {"tfrecord_io", "numpy", "pyarrow", "yaml", "google_crc32c", "hdfs_native", "pandas"} <= tops, tops
     assert not tops & {"tensorflow", "pyspark", "apache_beam", "keras", "pip"}, tops
     assert "bin/python" in members and "pyvenv.cfg" in members
-    assert "lib/python3.11/site-packages/tfrecord_io/clusters/hdfs_local/MiniYarn.java" in members
+    assert site + "tfrecord_io/clusters/hdfs_local/MiniYarn.java" in members
 
 
 def test_job_cluster_mode_from_slim_archive_equals_local_run(yarn, hdfs_input, local_run, slim_env, tmp_path):
