@@ -457,3 +457,53 @@ def test_stats_on_hdfs(hdfs, source, tmp_path):
     blob = re.search(r'id="tfrecord-io-stats">(.*?)</script>', html_text, re.S)
     check_source_stats(json.loads(blob.group(1)), parts)
     assert "fare/mean" in tensors_by_tag(tmp_path / "logs")
+
+
+# ----------------------------------------------------------------------------- overview, integers, compare
+DAYS = Schema.from_dict({"features": [
+    {"name": "day", "type": "int64", "required": True}, {"name": "delay", "type": "float", "default": 0.0},
+    {"name": "carrier", "type": "string", "default": ""}]})
+
+
+def days_output(base: str, n: int, shift: float, carriers: list[str], seed: int, extra: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    cols = {"day": rng.integers(1, 32, n), "delay": (rng.normal(10, 4, n) + shift).astype(np.float32),
+            "carrier": pa.array([carriers[k % len(carriers)] if k % 10 else None for k in range(n)])}
+    schema = DAYS
+    if extra:
+        schema = Schema.from_dict({"features": [*DAYS.to_dict()["features"], {"name": "gate", "type": "int64"}]})
+        cols["gate"] = rng.integers(1, 9, n)
+    batch = pa.RecordBatch.from_pydict(cols, schema=schema.arrow_schema())
+    output.write_output(base, [[encode_examples(batch, schema)]], schema=schema, compression="none", engine="test")
+    return cols
+
+
+def test_overview_and_one_bar_per_integer_value(tmp_path):
+    base = str(tmp_path / "days")
+    cols = days_output(base, 3000, 0.0, ["AA", "UA", "DL"], seed=1)
+    info = json.loads(cli("stats", base, "--logdir", str(tmp_path / "tb"), "--json").stdout)
+    day = next(e for e in info["features"] if e["name"] == "day")["numbers"]
+    assert len(day["histogram"]["counts"]) == 31  # one bar per day, not 30 buckets straddling them
+    assert day["histogram"]["counts"] == np.bincount(cols["day"], minlength=32)[1:].tolist()
+    assert all(isinstance(v, int) for v in day["quantiles"].values()) and day["distinct"] == 31
+    text = cli("stats", base, "--logdir", str(tmp_path / "tb2")).stdout
+    overview = {line.split()[0]: line.split() for line in text.splitlines()[2:7]}
+    assert overview["feature"][:4] == ["feature", "kind", "missing", "distinct"]
+    assert overview["carrier"][1:4] == ["bytes_list", "10.0%", "3"]  # every 10th row has no carrier
+    assert overview["day"][1:6] == ["int64_list", "0.0%", "31", "1", "31"]
+
+
+def test_compare_shows_drift_per_feature(tmp_path):
+    a, b = str(tmp_path / "train"), str(tmp_path / "eval")
+    days_output(a, 4000, 0.0, ["AA", "UA", "DL"], seed=1)
+    days_output(b, 4000, 4.0, ["AA", "AA", "UA", "DL"], seed=2, extra=True)  # delay +1 sd; more AA; a new column
+    logdir = tmp_path / "tb"
+    proc = cli("stats", a, "--compare", b, "--logdir", str(logdir), "--json")
+    got = {r["tag"]: r for r in json.loads(proc.stdout)["compare"]}
+    assert got["delay"]["drift"] == pytest.approx(1.0, abs=0.1)  # 4 / sd 4
+    assert got["day"]["drift"] < 0.1  # the same distribution
+    assert got["carrier"]["drift"] == pytest.approx(0.5 * 0.9 - (1 / 3) * 0.9, abs=0.03)  # AA's share changed most
+    assert got["gate"]["only"] == "b" and got["gate"]["drift"] is None
+    assert {p.name for p in logdir.iterdir()} == {"a", "b"}  # one TensorBoard run per source
+    text = cli("stats", a, "--compare", b, "--logdir", str(tmp_path / "tb2")).stdout
+    assert re.search(r"^delay\s.*\b1\.\d+ \(SMD\)$", text, re.M) and re.search(r"^gate\s.*only in b$", text, re.M)

@@ -212,6 +212,10 @@ def _hist_plot(plt, summary: dict, title: str) -> str | None:
     try:
         widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
         ax.bar(edges[:-1], counts, width=widths, align="edge", color="#4878a8", edgecolor="white", linewidth=0.3)
+        if summary.get("integer"):  # integer values: ticks on integers (a bar per value when few)
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title, fontsize=10)
         ax.set_ylabel("count")
         return _png(fig)
@@ -302,6 +306,26 @@ def _feature_section(plt, e: dict, alpha: float) -> str:
     return "\n".join(parts)
 
 
+def _overview_table(info: dict) -> str:
+    from tfrecord_io.commands.stats import overview
+
+    def cell(v) -> str:
+        return "-" if v is None else format_number(v)
+
+    def pct(v) -> str:
+        return "-" if v is None else f"{v:.1f}%"
+
+    rows = "".join(
+        f"<tr><td class=\"text\"><a href=\"#{html.escape(r['tag'], quote=True)}\">{html.escape(r['tag'])}</a></td>"
+        f"<td class=\"text\">{html.escape(str(r['kind']))}</td>"
+        f"<td>{pct(r['missing_pct'])}</td>"
+        f"<td>{cell(r['distinct'])}{'' if r['distinct_exact'] or r['distinct'] is None else ' (estimate)'}</td>"
+        f"<td>{cell(r['min'])}</td><td>{cell(r['max'])}</td><td>{cell(r['mean'])}</td></tr>"
+        for r in overview(info))
+    return ("<h2>overview</h2><table><tr><th>feature</th><th>kind</th><th>missing</th><th>distinct</th>"
+            f"<th>min</th><th>max</th><th>mean</th></tr>{rows}</table>")
+
+
 def render_report(info: dict) -> str:
     """The HTML page for ``info`` (from :func:`tfrecord_io.commands.stats.stats_to_dict`)."""
     import matplotlib
@@ -330,6 +354,7 @@ def render_report(info: dict) -> str:
 {len(info['features'])} features</p>
 {warn}
 <table><tr><th>file</th><th>records</th><th>bytes</th></tr>{files}</table>
+{_overview_table(info)}
 <p>{toc}</p>
 {sections}
 <script type="application/json" id="tfrecord-io-stats">{data}</script>

@@ -14,8 +14,9 @@ For each feature (an Example's features; a SequenceExample's context features an
 
 A numeric summary has ``count`` (all values), ``nan``, ``posinf``, ``neginf``, and over the
 finite values: ``finite``, ``min``, ``max``, ``mean``, ``std`` (population, ddof=0),
-``quantiles`` p1, p5, p25, p50, p75, p95, p99 and a 30-bucket ``histogram`` over
-[min, max] (one bucket per integer when integer values span at most 30 of them).
+``quantiles`` p1, p5, p25, p50, p75, p95, p99 (integers for integer features), ``distinct``
+(while exact, see below) and a 30-bucket ``histogram`` over [min, max] (one bucket per integer
+when integer values span at most ``INTEGER_BARS``, 100, of them).
 
 Exactness (``exact`` in each summary says which case applies):
 
@@ -45,7 +46,15 @@ being decoded, whatever the size of the source.
 Outputs (written by :mod:`tfrecord_io.commands.report`): TensorBoard summaries in ``--logdir``
 (scalars, histograms and the top values as a text table, all at step 0; see
 :func:`tfrecord_io.commands.report.write_summaries` for the tags), an HTML report (``--report``),
-and a table on stdout (``--json`` for all of it as JSON).
+and on stdout an overview table (per feature: kind, % missing, distinct, min, max, mean) followed
+by the details (``--json`` for all of it as JSON).
+
+``--compare B`` describes a second source (train vs eval, or two days) side by side, as TFDV /
+Facets users do: the overview of both and, per feature, a *drift* figure -- for numbers the
+standardized mean difference |mean_a - mean_b| / sqrt((std_a^2 + std_b^2) / 2), for strings the
+L-infinity distance between the two distributions of top values (TFDV's measure for categorical
+features) -- with features present in only one of them marked.  TensorBoard gets one run per
+source (``--logdir``/``a`` and ``/b``), so its dashboards overlay the two.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import math
 import sys
 from collections import Counter
@@ -69,6 +79,7 @@ __all__ = [
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 HISTOGRAM_BUCKETS = 30
+INTEGER_BARS = 100       # integer values spanning at most this many get one histogram bar each
 EXACT_LIMIT = 10_000
 SKETCH_ALPHA = 0.005
 SKETCH_MAX_BINS = 4096
@@ -251,7 +262,7 @@ class NumericSummary:
         lo, hi = self.min, self.max
         if lo == hi:
             return np.array([lo - 0.5, hi + 0.5], dtype=np.float64)
-        if self.integer and hi - lo + 1 <= buckets:
+        if self.integer and hi - lo + 1 <= max(buckets, INTEGER_BARS):
             return np.arange(lo, hi + 2, dtype=np.float64) - 0.5
         edges = np.linspace(float(lo), float(hi), buckets + 1)
         edges[-1] = float(hi)
@@ -277,10 +288,12 @@ class NumericSummary:
         if self.finite:
             edges, counts = self.histogram()
             out.update(min=self.min, max=self.max, mean=self.mean, std=math.sqrt(max(self.m2, 0.0) / self.finite),
+                       distinct=int(np.unique(self._values()).size) if self.exact else None,
                        quantiles=dict(zip(map(quantile_name, QUANTILES), self.quantiles())),
                        histogram={"edges": edges, "counts": counts})
         else:
-            out.update(min=None, max=None, mean=None, std=None, quantiles={}, histogram={"edges": [], "counts": []})
+            out.update(min=None, max=None, mean=None, std=None, distinct=0 if self.exact else None, quantiles={},
+                       histogram={"edges": [], "counts": []})
         return out
 
 
@@ -627,9 +640,97 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def overview(info: dict) -> list[dict]:
+    """One row per feature: tag, kind, % missing, distinct, min, max, mean (None where unknown)."""
+    rows = []
+    decodable = max(info["records"] - info.get("undecodable", 0), 0)
+    for e in info["features"]:
+        n, s = e.get("numbers"), e.get("strings")
+        rows.append({
+            "tag": e["tag"], "kind": e["kind"],
+            "missing_pct": 100.0 * e["missing"] / decodable if decodable else None,
+            "distinct": (s or {}).get("distinct") if s else (n or {}).get("distinct"),
+            "distinct_exact": bool((s or n or {}).get("exact")),
+            "min": (n or {}).get("min"), "max": (n or {}).get("max"), "mean": (n or {}).get("mean"),
+        })
+    return rows
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _distinct(row: dict) -> str:
+    return "-" if row["distinct"] is None else f"{row['distinct']}{'' if row['distinct_exact'] else '~'}"
+
+
+def overview_text(info: dict) -> list[str]:
+    rows = [[r["tag"], str(r["kind"]), _pct(r["missing_pct"]), _distinct(r), _fmt(r["min"]), _fmt(r["max"]),
+             _fmt(r["mean"])] for r in overview(info)]
+    return _table(["feature", "kind", "missing", "distinct", "min", "max", "mean"], rows)
+
+
+def _share(strings: dict) -> dict:
+    total = strings.get("count") or 0
+    return {json.dumps(t["value"], ensure_ascii=False): t["count"] / total for t in strings.get("top", [])} \
+        if total else {}
+
+
+def compare(a: dict, b: dict) -> list[dict]:
+    """Per feature of either source: both overviews and the drift (module doc); ``only`` names the
+    source that has a feature the other lacks."""
+    rows_a = {r["tag"]: r for r in overview(a)}
+    rows_b = {r["tag"]: r for r in overview(b)}
+    feats_a = {e["tag"]: e for e in a["features"]}
+    feats_b = {e["tag"]: e for e in b["features"]}
+    out = []
+    for tag in list(rows_a) + [t for t in rows_b if t not in rows_a]:
+        ra, rb = rows_a.get(tag), rows_b.get(tag)
+        entry = {"tag": tag, "a": ra, "b": rb, "drift": None, "drift_measure": None,
+                 "only": None if ra and rb else ("a" if ra else "b")}
+        ea, eb = feats_a.get(tag), feats_b.get(tag)
+        if ea and eb and "numbers" in ea and "numbers" in eb and ea["numbers"]["mean"] is not None \
+                and eb["numbers"]["mean"] is not None:
+            na, nb = ea["numbers"], eb["numbers"]
+            pooled = math.sqrt((na["std"] ** 2 + nb["std"] ** 2) / 2)
+            diff = abs(na["mean"] - nb["mean"])
+            entry["drift"] = diff / pooled if pooled > 0 else (0.0 if diff == 0 else math.inf)
+            entry["drift_measure"] = "standardized mean difference"
+        elif ea and eb and "strings" in ea and "strings" in eb:
+            pa_, pb_ = _share(ea["strings"]), _share(eb["strings"])
+            entry["drift"] = max((abs(pa_.get(k, 0.0) - pb_.get(k, 0.0)) for k in set(pa_) | set(pb_)), default=0.0)
+            entry["drift_measure"] = "L-infinity distance"
+        out.append(entry)
+    return out
+
+
+def compare_text(a: dict, b: dict, rows: list[dict]) -> str:
+    lines = [f"compare a = {a['source']} ({a['records']} records)",
+             f"     with b = {b['source']} ({b['records']} records)", ""]
+    table = []
+    for r in rows:
+        ra, rb = r["a"] or {}, r["b"] or {}
+        drift = {"a": "only in a", "b": "only in b"}.get(r["only"]) or \
+            ("-" if r["drift"] is None else f"{r['drift']:.3f}" + (" (SMD)" if r["drift_measure"] ==
+                                                                   "standardized mean difference" else " (L-inf)"))
+        table.append([r["tag"], _pct(ra.get("missing_pct")), _pct(rb.get("missing_pct")),
+                      _distinct(ra) if ra else "-", _distinct(rb) if rb else "-",
+                      _fmt(ra.get("mean")), _fmt(rb.get("mean")), drift])
+    lines += _table(["feature", "missing a", "missing b", "distinct a", "distinct b", "mean a", "mean b", "drift"],
+                    table)
+    return "\n".join(lines) + "\n"
+
+
 def render_text(info: dict) -> str:
     lines = [f"stats {info['source']}: {info['record_type']}, {info['records']} records in "
-             f"{len(info['files'])} file{'s' if len(info['files']) != 1 else ''}"]
+             f"{len(info['files'])} file{'s' if len(info['files']) != 1 else ''}", ""]
+    lines += overview_text(info)
     if info["undecodable"]:
         lines.append(f"warning: {info['undecodable']} records are not Examples (left out); "
                      f"the first: {info['first_undecodable']}")
@@ -674,18 +775,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes (default: one per file, at most the CPU count; one for sources under 32 MB)")
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON instead of a table")
+    parser.add_argument("--compare", metavar="SOURCE_B", default=None,
+                        help="also describe SOURCE_B and show the two side by side, with a drift figure per feature "
+                             "(e.g. train vs eval); TensorBoard gets the runs LOGDIR/a and LOGDIR/b")
 
 
 def run(args: argparse.Namespace) -> int:
     from tfrecord_io.commands.inspect import resolve_source
     from tfrecord_io.commands.report import check_logdir, render_report, write_summaries
 
+    compare_to = getattr(args, "compare", None)
     try:
         check_logdir(args.logdir)  # before the long part
         source = resolve_source(args.source, compression=args.compression)
+        other = resolve_source(compare_to, compression=args.compression) if compare_to else None
         computed = compute_stats(source, workers=args.workers)
         info = stats_to_dict(computed, source)
-        write_summaries(info, args.logdir)
+        write_summaries(info, args.logdir if other is None else os.path.join(args.logdir, "a"))
+        if other is not None:
+            computed_b = compute_stats(other, workers=args.workers)
+            info_b = stats_to_dict(computed_b, other)
+            write_summaries(info_b, os.path.join(args.logdir, "b"))
         if args.report:
             from tfrecord_io.storage import fs
 
@@ -695,6 +805,14 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"tfrecord-io stats: error: {e}", file=sys.stderr)
         return 2  # the source cannot be read (the CLI contract: usage or unreadable source)
+    if other is not None:
+        rows = compare(info, info_b)
+        if args.json:
+            print(json.dumps({"a": info, "b": info_b, "compare": rows}, ensure_ascii=False, indent=2))
+        else:
+            sys.stdout.write(compare_text(info, info_b, rows))
+            print(f"\nTensorBoard summaries: {args.logdir}/a and {args.logdir}/b  (tensorboard --logdir {args.logdir})")
+        return max(_check_counts(computed.records, source), _check_counts(computed_b.records, other))
     if args.json:
         print(json.dumps(info, ensure_ascii=False, indent=2))
     else:
