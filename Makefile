@@ -21,9 +21,11 @@ $(STAMP): setup.cfg pyproject.toml
 hadoop: $(STAMP)
 	$(VENV)/bin/tfrecord-io hdfs-local fetch
 
-# Beam's Flink runner 2.62.0 and Flink 1.19.0 jars for the Flink tests (docs/running-on-flink.md).
+# Beam's Flink runner 2.62.0 + Flink 1.19.0 jars, and its Spark runner 2.62.0 + Spark 3.5.1 jars, for the
+# Beam-on-Flink/Spark tests (docs/running-on-flink.md).
 flink: $(STAMP)
 	$(VENV)/bin/tfrecord-io flink-local fetch
+	$(VENV)/bin/tfrecord-io flink-local fetch --runner spark
 
 setup: $(STAMP) hadoop flink
 

@@ -5,7 +5,8 @@ parallelism and ``--environment_type=LOOPBACK`` (the SDK workers run in the subm
 Every run here is checked to have gone through that job server and ended DONE there (Beam's
 DirectRunner falls back silently; the PortableRunner with ``--job_endpoint`` cannot), and its
 output is compared with the in-process FnApiRunner's on the same input: the same records as a
-multiset, the same rejects, the same manifest counts.
+multiset, the same rejects, the same manifest counts.  The last test does the same on Beam's
+Spark runner (its job server, Spark 3.5.1 in ``local[2]``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ FLINK_RUNNER = "org.apache.beam.runners.flink.FlinkPipelineRunner"
 
 # ------------------------------------------------------------------------------- helpers
 def flink_args(flink, job_name: str, environment: str = "LOOPBACK") -> list[str]:
+    """Beam options for the session's job server (``flink`` or ``beam_spark``), naming the job."""
     args = [a for a in flink.pipeline_args(parallelism=2) if not a.startswith("--environment_type=")]
     return [*args, f"--environment_type={environment}", f"--job_name={job_name}"]
 
@@ -48,9 +50,13 @@ def assert_ran_on_flink(flink, job_name: str, before: set[str], environment: str
     assert [j["options"].get("job_name") for j in new] == [job_name], new
     job = new[0]
     assert job["state"] == "DONE", job
-    assert job["options"]["flink_master"] == "[local]" and job["options"]["parallelism"] in ("2", 2)
     assert job["options"]["environment_type"] == environment
     log = flink.log_path.read_text(errors="replace")
+    if flink.runner == "spark":  # Beam's Spark job server (same checks, Spark's words)
+        assert f"SparkJobInvoker - Invoking job {job['job_id']}" in log
+        assert f"SparkPipelineRunner - Job {job['job_id']} finished." in log
+        return job
+    assert job["options"]["flink_master"] == "[local]" and job["options"]["parallelism"] in ("2", 2)
     assert f"Invoking job {job['job_id']} with pipeline runner {FLINK_RUNNER}" in log
     assert f"Job {job_name} (" in log and "switched from state RUNNING to FINISHED" in log
     return job
@@ -322,3 +328,21 @@ def test_flink_runner_starts_the_job_server_from_the_manifest_jar(flink, tmp_pat
     assert f"pipeline runner {FLINK_RUNNER}" in caplog.text, caplog.text[-3000:]
     assert "switched from state RUNNING to FINISHED" in caplog.text
     assert_same_output(got, want)
+
+
+# ------------------------------------------------------------------------------- Beam's Spark runner
+def test_local_csv_on_beams_spark_runner_equals_fnapi_runner(beam_spark, tmp_path):
+    """The same pipeline on Beam's Spark runner (job server 2.62.0, Spark 3.5.1 ``local[2]``,
+    LOOPBACK workers): the records, rejects and counts of FnApiRunner."""
+    lines = example_rows(2500, seed=29, bad_every=71)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    write_csv(inp / "a.csv", lines[:1000])
+    write_csv(inp / "b.csv", lines[1000:])
+    want = str(tmp_path / "fnapi")
+    fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=3, compression="gzip", max_reject_fraction=0.1)
+    got = str(tmp_path / "spark")
+    result, _ = on_flink(beam_spark, str(inp), "csv", EXAMPLE_SCHEMA, got, num_shards=3, compression="gzip",
+                         max_reject_fraction=0.1)
+    assert_same_output(got, want)
+    assert result.totals.records == 2500 - 2500 // 71 and result.totals.rejected == 2500 // 71

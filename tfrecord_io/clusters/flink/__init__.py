@@ -1,4 +1,4 @@
-"""A Beam job server for Flink on 127.0.0.1, for tests and trying the Beam pipeline on Flink.
+"""A Beam job server for Flink (or Spark) on 127.0.0.1, for tests and trying the Beam pipeline there.
 
 The job server is Beam's own ``org.apache.beam.runners.flink.FlinkJobServerDriver`` from the
 ``beam-runners-flink-1.19`` 2.62.0 jars (Flink 1.19.0), which Maven resolves from Maven Central
@@ -6,14 +6,17 @@ into ``${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/beam-flink-2.62.0/jars`` (see
 :func:`fetch_jars`; about 150 MB).  With ``--flink-master=[local]`` it runs every submitted job on
 a Flink MiniCluster inside its own JVM; the Python SDK (2.77) talks to it with the portable
 runner.  Why the Java runner is 2.62.0 while the Python SDK is 2.77.0: docs/running-on-flink.md.
+``runner="spark"`` does the same with ``org.apache.beam.runners.spark.SparkJobServerDriver``
+(``beam-runners-spark-3`` 2.62.0 with Spark 3.5.1, ``local[2]``; about 300 MB, ``pom-spark.xml``).
 
-:func:`fetch_jars` also writes ``beam-flink-job-server.jar``, a jar with only a manifest that
-names the main class and the resolved jars (``Class-Path``): Beam's own ``FlinkRunner`` starts
-it when given ``--flink_job_server_jar``, as it would the job-server jar Beam downloads itself.
+:func:`fetch_jars` also writes ``beam-flink-job-server.jar`` (``beam-spark-job-server.jar``), a
+jar with only a manifest that names the main class and the resolved jars (``Class-Path``):
+Beam's own ``FlinkRunner`` (``SparkRunner``) starts it when given ``--flink_job_server_jar``
+(``--spark_job_server_jar``), as it would the job-server jar Beam downloads itself.
 
 Layout of a base dir::
 
-    server.json   pid + ports of the running job server (written once it is ready)
+    server.json   runner, pid + ports of the running job server (written once it is ready)
     conf/         a Flink conf dir for ``--flink_conf_dir``: failed tasks are retried
     artifacts/    artifacts the pipelines stage
     jobserver.log the JVM's output
@@ -40,29 +43,69 @@ import zipfile
 from pathlib import Path
 
 __all__ = [
-    "BEAM_RUNNER_VERSION", "FLINK_RUNNER_ARTIFACT", "FLINK_VERSION", "FlinkLocalError", "LocalFlinkJobServer",
-    "cache_root", "default_base_dir", "fetch_jars", "job_server_jar", "start", "status", "stop",
+    "BEAM_RUNNER_VERSION", "FLINK_RUNNER_ARTIFACT", "FLINK_VERSION", "RUNNERS", "SPARK_VERSION", "FlinkLocalError",
+    "LocalFlinkJobServer", "cache_root", "default_base_dir", "fetch_jars", "job_server_jar", "start", "status", "stop",
 ]
 
-BEAM_RUNNER_VERSION = "2.62.0"          # the newest Beam Flink runner Maven Central serves here (pom.xml)
+BEAM_RUNNER_VERSION = "2.62.0"          # Beam's Java runners, resolved by Maven (docs/running-on-flink.md)
 FLINK_RUNNER_ARTIFACT = "beam-runners-flink-1.19"
 FLINK_VERSION = "1.19.0"                # what beam-runners-flink-1.19:2.62.0 depends on
-MAIN_CLASS = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+SPARK_VERSION = "3.5.1"                 # named in pom-spark.xml (the runner has Spark as "provided")
 _HERE = Path(__file__).resolve().parent
 _MIN_JAVA = 11
 _READY_LINE = "Job server now running"
-_JVM_OPTS = (
+_COMMON_JVM_OPTS = (
     "-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", "-Djava.net.preferIPv4Stack=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
     "-Dorg.slf4j.simpleLogger.showDateTime=true",
     "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS",
-    # Flink's MiniCluster says ~2,000 lines a job at INFO; keep the job's states and restarts.
-    "-Dorg.slf4j.simpleLogger.log.org.apache.flink=warn",
-    "-Dorg.slf4j.simpleLogger.log.org.apache.pekko=warn",
-    "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.executiongraph.ExecutionGraph=info",
-    "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.jobmaster.JobMaster=info",
     "-Dorg.slf4j.simpleLogger.log.org.apache.beam.runners.fnexecution.artifact=warn",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runner:
+    name: str
+    artifact: str
+    pom: str
+    main_class: str
+    master_args: tuple[str, ...]
+    jvm_opts: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    size: str = ""
+
+
+RUNNERS = {
+    "flink": _Runner(
+        "flink", FLINK_RUNNER_ARTIFACT, "pom.xml", "org.apache.beam.runners.flink.FlinkJobServerDriver",
+        ("--flink-master=[local]",),
+        # Flink's MiniCluster says ~2,000 lines a job at INFO; keep the job's states and restarts.
+        ("-Dorg.slf4j.simpleLogger.log.org.apache.flink=warn",
+         "-Dorg.slf4j.simpleLogger.log.org.apache.pekko=warn",
+         "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.executiongraph.ExecutionGraph=info",
+         "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.jobmaster.JobMaster=info"),
+        size="about 150 MB"),
+    "spark": _Runner(
+        "spark", "beam-runners-spark-3", "pom-spark.xml", "org.apache.beam.runners.spark.SparkJobServerDriver",
+        ("--spark-master-url=local[2]",),
+        # Spark 3.5 on Java 17 needs these (as spark-submit's launcher adds them).
+        (*(f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in (
+            "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
+            "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
+            "sun.util.calendar")),
+         "-Dorg.slf4j.simpleLogger.log.org.apache.spark=warn",
+         "-Dorg.slf4j.simpleLogger.log.org.sparkproject=warn",
+         "-Dspark.ui.enabled=false"),
+        env=(("SPARK_LOCAL_IP", "127.0.0.1"),),
+        size="about 300 MB"),
+}
+
+
+def _runner(name: str) -> _Runner:
+    try:
+        return RUNNERS[name]
+    except KeyError:
+        raise ValueError(f"unknown Beam runner {name!r}: one of {', '.join(RUNNERS)}") from None
 # Flink runs a batch job without retries unless told; Beam 2.62's portable batch translation
 # ignores --number_of_execution_retries, but applies a conf dir's restart strategy.
 _FLINK_CONF = """\
@@ -82,22 +125,23 @@ def cache_root() -> Path:
     return Path(os.environ.get("TFRECORD_IO_CACHE") or Path.home() / ".cache" / "tfrecord-io")
 
 
-def default_base_dir() -> Path:
-    """Where the CLI keeps its job server unless given ``--dir``: ``<cache_root>/flink-local``."""
-    return cache_root() / "flink-local"
+def default_base_dir(runner: str = "flink") -> Path:
+    """Where the CLI keeps its job server unless given ``--dir``: ``<cache_root>/<runner>-local``."""
+    return cache_root() / f"{_runner(runner).name}-local"
 
 
-def _home() -> Path:
-    return cache_root() / f"beam-flink-{BEAM_RUNNER_VERSION}"
+def _home(runner: str) -> Path:
+    return cache_root() / f"beam-{_runner(runner).name}-{BEAM_RUNNER_VERSION}"
 
 
-def _jars_dir() -> Path:
-    return _home() / "jars"
+def _jars_dir(runner: str) -> Path:
+    return _home(runner) / "jars"
 
 
-def job_server_jar() -> Path:
-    """The manifest-only jar for ``--flink_job_server_jar`` (after :func:`fetch_jars`)."""
-    return _home() / "beam-flink-job-server.jar"
+def job_server_jar(runner: str = "flink") -> Path:
+    """The manifest-only jar for ``--flink_job_server_jar`` / ``--spark_job_server_jar`` (after
+    :func:`fetch_jars`)."""
+    return _home(runner) / f"beam-{_runner(runner).name}-job-server.jar"
 
 
 @contextlib.contextmanager
@@ -131,8 +175,8 @@ def _java() -> str:
     return java
 
 
-def _manifest(jars: list[str]) -> bytes:
-    """A jar manifest naming ``MAIN_CLASS`` and ``jars`` (relative URLs), lines wrapped at 72 bytes."""
+def _manifest(main_class: str, jars: list[str]) -> bytes:
+    """A jar manifest naming ``main_class`` and ``jars`` (relative URLs), lines wrapped at 72 bytes."""
     def wrap(line: str) -> str:
         data = line.encode("utf-8")
         out, first = [], True
@@ -142,27 +186,28 @@ def _manifest(jars: list[str]) -> bytes:
             data, first = data[n:], False
         return "".join(part.decode("utf-8") + "\r\n" for part in out)
 
-    return (wrap("Manifest-Version: 1.0") + wrap("Created-By: tfrecord-io") + wrap(f"Main-Class: {MAIN_CLASS}")
+    return (wrap("Manifest-Version: 1.0") + wrap("Created-By: tfrecord-io") + wrap(f"Main-Class: {main_class}")
             + wrap("Class-Path: " + " ".join(jars)) + "\r\n").encode("utf-8")
 
 
-def _write_job_server_jar(jars_dir: Path, target: Path) -> None:
+def _write_job_server_jar(main_class: str, jars_dir: Path, target: Path) -> None:
     names = sorted(p.name for p in jars_dir.glob("*.jar"))
     tmp = target.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("META-INF/MANIFEST.MF", _manifest([f"{jars_dir.name}/{n}" for n in names]))
+        z.writestr("META-INF/MANIFEST.MF", _manifest(main_class, [f"{jars_dir.name}/{n}" for n in names]))
     os.replace(tmp, target)
 
 
-def fetch_jars() -> Path:
+def fetch_jars(runner: str = "flink") -> Path:
     """Resolve the job server's jars with Maven into the cache (once) and return their directory.
 
     Also writes :func:`job_server_jar`.  Idempotent and safe to call from several processes at
     once.  Needs ``mvn`` and access to Maven Central (or a mirror in ``~/.m2/settings.xml``).
     """
-    target = _jars_dir()
+    spec = _runner(runner)
+    target = _jars_dir(runner)
     done = target / ".complete"
-    if done.is_file() and job_server_jar().is_file():
+    if done.is_file() and job_server_jar(runner).is_file():
         return target
     with _locked(target.parent / ".fetch.lock"):
         if not done.is_file():
@@ -171,25 +216,26 @@ def fetch_jars() -> Path:
 
             with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
                 pom = Path(tmp) / "pom.xml"  # a copy, so Maven never writes next to the package
-                shutil.copyfile(_HERE / "pom.xml", pom)
+                shutil.copyfile(_HERE / spec.pom, pom)
                 out = Path(tmp) / "jars"
                 try:
                     run = subprocess.run(
                         [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={out}"],
                         capture_output=True, text=True, timeout=1800, cwd=tmp)
                 except subprocess.TimeoutExpired as e:
-                    raise FlinkLocalError("Maven did not resolve the Beam Flink runner's jars within 30 minutes") from e
-                if run.returncode != 0 or not any(out.glob(f"{FLINK_RUNNER_ARTIFACT}-{BEAM_RUNNER_VERSION}.jar")):
+                    raise FlinkLocalError(f"Maven did not resolve the Beam {runner} runner's jars within 30 "
+                                          f"minutes") from e
+                if run.returncode != 0 or not any(out.glob(f"{spec.artifact}-{BEAM_RUNNER_VERSION}.jar")):
                     tail = "\n".join((run.stdout + run.stderr).splitlines()[-30:])
                     raise FlinkLocalError(
-                        f"Maven could not resolve org.apache.beam:{FLINK_RUNNER_ARTIFACT}:{BEAM_RUNNER_VERSION} "
+                        f"Maven could not resolve org.apache.beam:{spec.artifact}:{BEAM_RUNNER_VERSION} "
                         f"and its dependencies (is Maven Central reachable?); `mvn dependency:copy-dependencies` "
                         f"said:\n{tail}")
-                (out / ".complete").write_text(f"{FLINK_RUNNER_ARTIFACT} {BEAM_RUNNER_VERSION}\n")
+                (out / ".complete").write_text(f"{spec.artifact} {BEAM_RUNNER_VERSION}\n")
                 if target.exists():
                     shutil.rmtree(target)
                 os.replace(out, target)
-        _write_job_server_jar(target, job_server_jar())
+        _write_job_server_jar(spec.main_class, target, job_server_jar(runner))
     return target
 
 
@@ -198,6 +244,7 @@ class LocalFlinkJobServer:
     """A running job server.  Picklable (the handle, not the process)."""
 
     base_dir: Path
+    runner: str            # "flink" or "spark"
     job_endpoint: str      # "127.0.0.1:PORT": --job_endpoint for the PortableRunner
     artifact_port: int
     expansion_port: int
@@ -211,9 +258,12 @@ class LocalFlinkJobServer:
         return (LocalFlinkJobServer, tuple(fields))
 
     def pipeline_args(self, parallelism: int = 2) -> list[str]:
-        """Beam options that run a pipeline on this job server's Flink, workers in this process."""
-        return ["--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}", "--environment_type=LOOPBACK",
-                f"--parallelism={parallelism}", f"--flink_conf_dir={self.conf_dir}"]
+        """Beam options that run a pipeline on this job server's Flink (Spark: ``local[2]``),
+        workers in this process."""
+        args = ["--runner=PortableRunner", f"--job_endpoint={self.job_endpoint}", "--environment_type=LOOPBACK"]
+        if self.runner == "flink":
+            args += [f"--parallelism={parallelism}", f"--flink_conf_dir={self.conf_dir}"]
+        return args
 
     def is_ready(self) -> bool:
         return _is_alive(self.pid) and _accepts(self.job_endpoint)
@@ -273,7 +323,7 @@ def _is_alive(pid: int) -> bool:
     if not Path("/proc/self").exists():
         return True
     try:  # guards against the pid having been reused by another program
-        return b"FlinkJobServer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"BeamJobServer" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return False
 
@@ -299,7 +349,7 @@ def _terminate(pid: int, proc: subprocess.Popen | None, timeout: float) -> None:
         while _is_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
     if _is_alive(pid):
-        raise FlinkLocalError(f"the Flink job server (pid {pid}) did not exit after SIGKILL")
+        raise FlinkLocalError(f"the job server (pid {pid}) did not exit after SIGKILL")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -331,7 +381,8 @@ def _read_state(base: Path) -> dict | None:
 
 
 def _handle(base: Path, state: dict, proc: subprocess.Popen | None = None) -> LocalFlinkJobServer:
-    return LocalFlinkJobServer(base_dir=base, job_endpoint=f"127.0.0.1:{state['job_port']}",
+    return LocalFlinkJobServer(base_dir=base, runner=state.get("runner", "flink"),
+                               job_endpoint=f"127.0.0.1:{state['job_port']}",
                                artifact_port=int(state["artifact_port"]), expansion_port=int(state["expansion_port"]),
                                conf_dir=base / "conf", log_path=base / "jobserver.log", pid=int(state["pid"]),
                                _proc=proc)
@@ -359,8 +410,9 @@ def stop(base_dir: str | os.PathLike, timeout: float = 60.0) -> bool:
 
 
 def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool = True,
-          job_port: int = 0) -> LocalFlinkJobServer:
-    """Start a job server (Flink master ``[local]``) in ``base_dir`` and wait until it is ready.
+          job_port: int = 0, runner: str = "flink") -> LocalFlinkJobServer:
+    """Start a job server (Flink master ``[local]``; ``runner="spark"``: Spark ``local[2]``) in
+    ``base_dir`` and wait until it is ready.
 
     Ready means it logged that it runs and its job port accepts connections.  ``job_port`` 0
     picks a free port.  With ``detach=True`` it outlives this process (stop it with
@@ -369,12 +421,13 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
     """
     base = Path(base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
+    spec = _runner(runner)
     java = _java()
-    jars = fetch_jars()
+    jars = fetch_jars(runner)
     with _locked(base / ".lock"):
         running = status(base)
         if running is not None:
-            raise FlinkLocalError(f"a Flink job server is already running from {base} at {running.job_endpoint} "
+            raise FlinkLocalError(f"a {running.runner} job server is already running from {base} at {running.job_endpoint} "
                                   f"(pid {running.pid}); stop it first")
         with contextlib.suppress(FileNotFoundError):
             (base / "server.json").unlink()
@@ -387,10 +440,12 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
         if job_port:
             ports[0] = job_port
         log_path = base / "jobserver.log"
-        env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "FLINK_CONF_DIR")}
-        cmd = [java, *_JVM_OPTS, f"-Djava.io.tmpdir={base / 'tmp'}", "-cp", f"{jars}/*",
-               str(_HERE / "FlinkJobServer.java"),
-               "--flink-master=[local]", "--job-host=127.0.0.1", f"--job-port={ports[0]}",
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("JAVA_TOOL_OPTIONS", "FLINK_CONF_DIR", "SPARK_HOME", "SPARK_CONF_DIR")}
+        env.update(spec.env)
+        cmd = [java, *_COMMON_JVM_OPTS, *spec.jvm_opts, f"-Djava.io.tmpdir={base / 'tmp'}", "-cp", f"{jars}/*",
+               str(_HERE / "BeamJobServer.java"), spec.main_class,
+               *spec.master_args, "--job-host=127.0.0.1", f"--job-port={ports[0]}",
                f"--artifact-port={ports[1]}", f"--expansion-port={ports[2]}",
                f"--artifacts-dir={base / 'artifacts'}"]
         if not detach:
@@ -398,7 +453,8 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
-        state = {"pid": proc.pid, "job_port": ports[0], "artifact_port": ports[1], "expansion_port": ports[2]}
+        state = {"runner": spec.name, "pid": proc.pid, "job_port": ports[0], "artifact_port": ports[1],
+                 "expansion_port": ports[2]}
         handle = _handle(base, state, proc)
         try:
             _wait_ready(handle, proc, timeout)
@@ -417,7 +473,7 @@ def _wait_ready(handle: LocalFlinkJobServer, proc: subprocess.Popen, timeout: fl
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise FlinkLocalError(f"the Flink job server exited with status {proc.returncode} while starting; last "
+            raise FlinkLocalError(f"the {handle.runner} job server exited with status {proc.returncode} while starting; last "
                                   f"lines of {handle.log_path}:\n{_log_tail(handle.log_path)}")
         try:
             logged = _READY_LINE in handle.log_path.read_text(errors="replace")
@@ -426,5 +482,5 @@ def _wait_ready(handle: LocalFlinkJobServer, proc: subprocess.Popen, timeout: fl
         if logged and _accepts(handle.job_endpoint):
             return
         time.sleep(0.25)
-    raise TimeoutError(f"the Flink job server in {handle.base_dir} was not ready within {timeout:.0f}s; last lines "
+    raise TimeoutError(f"the {handle.runner} job server in {handle.base_dir} was not ready within {timeout:.0f}s; last lines "
                        f"of {handle.log_path}:\n{_log_tail(handle.log_path)}")

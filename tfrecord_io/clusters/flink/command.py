@@ -1,4 +1,4 @@
-"""``tfrecord-io flink-local fetch|start|stop|status``: a Beam job server for Flink on loopback.
+"""``tfrecord-io flink-local fetch|start|stop|status``: a Beam job server for Flink (or Spark) on loopback.
 
 Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
 """
@@ -17,8 +17,9 @@ actions:
   stop     shut it down
   status   print the options if it is running (exit status 1 if not)
 
---dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/flink-local.  Needs Java 17 and
-Maven.  See docs/running-on-flink.md.
+--runner spark does the same for Beam's Spark runner 2.62.0 with Spark 3.5.1 (local[2]; about
+300 MB of jars).  --dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/RUNNER-local.
+Needs Java 17 and Maven.  See docs/running-on-flink.md.
 """
 
 
@@ -26,6 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _HELP
     parser.add_argument("action", choices=("fetch", "start", "stop", "status"))
+    parser.add_argument("--runner", choices=("flink", "spark"), default="flink",
+                        help="which Beam runner's job server (default: %(default)s)")
     parser.add_argument("--dir", metavar="DIR", default=None, help="base dir for logs, conf and state")
     parser.add_argument("--port", type=int, default=0, help="job service port for start (default: a free one)")
     parser.add_argument("--timeout", type=float, default=180.0,
@@ -42,23 +45,24 @@ def _describe(h) -> str:
 def run(args: argparse.Namespace) -> int:
     from tfrecord_io.clusters import flink
 
-    base = args.dir or flink.default_base_dir()
+    base = args.dir or flink.default_base_dir(args.runner)
     try:
         if args.action == "fetch":
-            print(flink.fetch_jars())
-            print(f"--flink_job_server_jar={flink.job_server_jar()}")
+            print(flink.fetch_jars(args.runner))
+            print(f"--{args.runner}_job_server_jar={flink.job_server_jar(args.runner)}")
         elif args.action == "start":
-            h = flink.start(base, timeout=args.timeout, detach=True, job_port=args.port)
-            print(f"Flink job server is ready, state in {h.base_dir}\n{_describe(h)}")
+            h = flink.start(base, timeout=args.timeout, detach=True, job_port=args.port, runner=args.runner)
+            print(f"{h.runner} job server is ready, state in {h.base_dir}\n{_describe(h)}")
         elif args.action == "stop":
             stopped = flink.stop(base)
-            print(f"stopped the Flink job server in {base}" if stopped else f"no Flink job server running in {base}")
+            print(f"stopped the job server in {base}" if stopped else f"no job server running in {base}")
         else:
             h = flink.status(base)
             if h is None:
-                print(f"no Flink job server running in {base}")
+                print(f"no job server running in {base}")
                 return 1
-            print(f"Flink job server in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n{_describe(h)}")
+            print(f"{h.runner} job server in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n"
+                  f"{_describe(h)}")
     except (flink.FlinkLocalError, TimeoutError, ValueError) as e:
         print(f"tfrecord-io flink-local {args.action}: {e}", file=sys.stderr)
         return 1
