@@ -262,6 +262,8 @@ def test_submit_fault_injection_is_exactly_once(example_input, clean_run, tmp_pa
     assert serialized_records(sorted(out.glob("part-*"))) == serialized_records(sorted(clean_out.glob("part-*")))
     assert output.read_manifest(str(out))["totals"] == output.read_manifest(str(clean_out))["totals"]
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+    if shards == "input":  # one shard per read split (the file is ~3.4 splits of 40,000 bytes)
+        assert len(manifest["files"]) == manifest["job"]["num_shards"] == -(-path.stat().st_size // 40_000)
 
 
 def test_submit_hdfs_to_hdfs(hdfs, tmp_path):
@@ -705,9 +707,11 @@ def test_csv_extra_null_values_and_headerless(spark, tmp_path):
     assert got == [(1, 2.5, "a", [1, 2, 3]), (2, -1.0, "", [])]
 
 
-def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path):
+@pytest.mark.parametrize("shards", ["even", "input"])
+def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path, shards):
     """A file read in several splits: each reject's ``line`` is its line in the file and ``raw`` the
-    file's own text of that line (issue #15, item 3)."""
+    file's own text of that line (issue #15, item 3); with ``--shards input`` each split is a shard,
+    written by the task that read it, with the same records and rejects."""
     rows = make_rows(3000)
     bad = {400: "bad400,1,x,,1;2", 1700: "bad1700,1.0,x,,1;2", 2900: "7,1.50,x,,1;q"}
     path = tmp_path / "big.csv"
@@ -720,7 +724,8 @@ def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path):
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(40_000))
     spark.conf.set("spark.sql.files.openCostInBytes", str(1_000))
     try:
-        out, manifest = _convert(spark, tmp_path, str(path), num_shards=2, max_reject_fraction=1.0)
+        kw = {"num_shards": 2} if shards == "even" else {"shards": "input"}
+        out, manifest = _convert(spark, tmp_path, str(path), max_reject_fraction=1.0, **kw)
     finally:
         for k, v in old.items():
             spark.conf.set(k, v) if v is not None else spark.conf.unset(k)

@@ -180,10 +180,7 @@ def beam_main(argv: list[str] | None = None) -> int:
         args, beam_args = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
         return int(e.code or 0)
-    if args.input_format not in opts.TEXT_FORMATS:
-        return _usage(f"--format {args.input_format} is read by Spark: use the Spark job (tfrecord-io convert "
-                      f"--engine spark, or spark-submit jobs/to_tfrecord.py)")
-    code = execute_checked(args)
+    code = _refused_by_beam(args) or execute_checked(args)
     if code is not None:
         return code
     return run_beam(opts.from_args(args), beam_args, debug=args.debug)
@@ -203,6 +200,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _refused_by_beam(args: argparse.Namespace) -> int | None:
+    """Exit 2 (before anything is listed) for options that only the Spark job has; else None."""
+    try:
+        why = opts.from_args(args).needs_spark()
+    except ValueError:
+        return None  # a bad value: execute_checked reports it
+    if why is None:
+        return None
+    return _usage(f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
+                  f"jobs/to_tfrecord.py)")
+
+
 def _usage(message: str) -> int:
     print(f"tfrecord-io: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -212,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "beam":
         if args.master or args.conf:
             return _usage("--master/--conf are Spark options; pass Beam options with --engine-arg")
-        if args.input_format not in opts.TEXT_FORMATS:
-            return _usage(f"--format {args.input_format} is read by Spark: use --engine spark")
+        code = _refused_by_beam(args)
+        if code is not None:
+            return code
     elif args.engine_arg:
         return _usage("--engine-arg is for --engine beam; use --conf for Spark")
     conf = {}

@@ -82,6 +82,11 @@ class ConversionOptions:
     record_order: ``"shuffled"`` (default): records are written to each shard in a random (but
         deterministic) order, so that a loader shuffling within a window still mixes date-sorted
         input; ``"input"``: in input order (a little faster; sorted input gives sorted batches).
+    shards: ``"even"`` (default): ``num_shards`` files of (nearly) the same number of records,
+        spread by a hash of each row, which costs a shuffle; ``"input"`` (the Spark job, Example
+        records): one file per input split, written by the task that read it -- no shuffle, the
+        fastest path, and spark-tfrecord's layout: files as uneven as the splits, records in input
+        order (``record_order`` does not apply).
     split: ``"train=8,eval=1,test=1"``: write each split to ``<output>/<name>/`` by TFX's hash
         buckets (:mod:`tfrecord_io.conversion.splits`); None (default): one output.
     split_by: with ``split``, the feature whose value decides the split (TFX's
@@ -104,6 +109,7 @@ class ConversionOptions:
     allow_missing_columns: bool = False
     ignore_extra_columns: bool = False
     record_order: str = "shuffled"
+    shards: str = "even"
     split: str | None = None
     split_by: str | None = None
     bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
@@ -139,12 +145,25 @@ class ConversionOptions:
             raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size!r}")
         if self.record_order not in ("shuffled", "input"):
             raise ValueError(f"--record-order must be shuffled or input, got {self.record_order!r}")
+        if self.shards not in ("even", "input"):
+            raise ValueError(f"--shards must be even or input, got {self.shards!r}")
+        if self.shards == "input" and self.num_shards is not None:
+            raise ValueError("--num-shards and --shards input exclude each other: with --shards input there is one "
+                             "shard per input split")
         if self.split is not None:
             from tfrecord_io.conversion.splits import Splits
 
             Splits.parse(self.split)  # the syntax now; the feature against the schema in splits()
         elif self.split_by is not None:
             raise ValueError("--split-by needs --split NAME=BUCKETS,...")
+
+    def needs_spark(self) -> str | None:
+        """Why these options need the Spark job (an input format or a layout only it has), or None."""
+        if self.input_format not in TEXT_FORMATS:
+            return f"--format {self.input_format} is read by Spark"
+        if self.shards == "input":
+            return "--shards input (one shard per input split) is the Spark job's"
+        return None
 
     def splits(self, schema: Schema):
         """The :class:`~tfrecord_io.conversion.splits.Splits` of ``split``/``split_by`` (None without them)."""
@@ -209,6 +228,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-order", choices=("shuffled", "input"), default="shuffled",
                         help="order of records within a shard: shuffled (default: sorted input still trains "
                              "on mixed batches) or input (a little faster)")
+    parser.add_argument("--shards", choices=("even", "input"), default="even",
+                        help="even (default): --num-shards files of equal size, rows spread by a shuffle; input "
+                             "(Spark job): one file per input split, no shuffle -- fastest, records in input order")
     parser.add_argument("--split", default=None, metavar="NAME=BUCKETS,...",
                         help="write splits the TFX way, e.g. train=8,eval=1,test=1: <output>/train/, ... "
                              "(by the record's hash, or --split-by's feature)")
@@ -226,6 +248,7 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
         record_type=args.record_type, compression=args.compression, num_shards=args.num_shards,
         overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
         max_steps=args.max_steps, allow_missing_columns=args.allow_missing_columns,
-        ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, split=args.split,
+        ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, shards=args.shards,
+        split=args.split,
         split_by=args.split_by,
         block_size=args.block_size)

@@ -726,8 +726,8 @@ def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = No
     """
     started = time.monotonic()
     options = options or PipelineOptions([])
-    if conv.input_format not in parsing.FORMATS:
-        raise ValueError(f"--format {conv.input_format} is read by Spark: use the Spark job for it")
+    if conv.needs_spark():
+        raise ValueError(f"{conv.needs_spark()}: use the Spark job for it")
     schema = conv.load_schema()
     conv.splits(schema)  # a bad --split-by fails now, before anything is listed
     files = BeamFiles.from_options(options, [*conv.inputs, conv.output])

@@ -71,6 +71,10 @@ Shards
     of the input files as Spark's file index lists them.  Examples are hash-partitioned on a
     per-row key (a hash of file, split and line), so shards hold the same number of records
     to within a few percent; SequenceExample shards are as even as the groups allow.
+    ``shards="input"`` (``--shards input``, Examples): one shard per read split, written by the
+    task that parsed it (:class:`ReadAndWrite`) -- no shuffle and no trip back to the JVM, as
+    spark-tfrecord writes Spark's partitions; shards are as uneven as the splits, records in
+    input order.
 
 Exactly once
     A write-stage task attempt writes only under ``<output>/_temporary/<attempt>/`` with
@@ -174,6 +178,9 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     schema = options.load_schema()
     _check_schema(schema, options)
     split_config = options.splits(schema)
+    if options.shards == "input" and schema.record_type != "example":
+        raise SchemaError(f"--shards input writes example records (a SequenceExample's rows must first be "
+                          f"grouped, which takes a shuffle); {options.schema_name} is for {schema.record_type}")
     if options.input_format in TABLE_FORMATS:
         return _convert_dataframe(spark, options, schema, split_config, started)
     out = options.output
@@ -191,11 +198,10 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
     fs.makedirs(fs.join(out, output.TEMPORARY))
     sc = spark.sparkContext
     try:
-        staged, parts, counts, write = _plan(spark, schema, options, sources, headers, job_id, num_shards,
-                                             fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
-                                             stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV,
-                                                                 STALL_FIRST_ATTEMPT_CONF),
-                                             split_config=split_config)
+        staged, parts, counts, write, num_shards = _plan(
+            spark, schema, options, sources, headers, job_id, num_shards,
+            fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
+            stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_CONF), split_config=split_config)
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
@@ -281,7 +287,12 @@ def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_
     output.prepare_output(out, overwrite=options.overwrite, inputs=[] if fmt == "table" else options.inputs,
                           input_paths=files)
     spark.dataSource.register(spark_datasource.JobDataSource)
-    writer = (df.select(*selected).repartition(num_shards).write.format(spark_datasource.JobDataSource.name())
+    selected_df = df.select(*selected)
+    if options.shards == "input":  # a shard per partition of Spark's read: no shuffle
+        num_shards = selected_df.rdd.getNumPartitions()
+    else:
+        selected_df = selected_df.repartition(num_shards)
+    writer = (selected_df.write.format(spark_datasource.JobDataSource.name())
               .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
               .option("compression", options.compression)
               .option("maxRejectFraction", str(options.max_reject_fraction)))
@@ -546,6 +557,13 @@ def _read_names(schema: Schema) -> list[str]:
 
 def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
     """The read stage's DataFrame over ``files``, its splits and the line-count accumulator."""
+    df, stage, splits, counts = _read_plan(spark, schema, opts, files, headers)
+    return df.mapInArrow(stage, _read_schema(schema)), splits, counts
+
+
+def _read_plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
+    """(a DataFrame of the read splits, one per partition; the ReadStage over it; the splits; the
+    line-count accumulator)."""
     sc = spark.sparkContext
     conf = spark.conf
     splits = _plan_splits(files, splittable=not opts.multiline, parallelism=sc.defaultParallelism,
@@ -556,7 +574,7 @@ def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, hea
     df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
                                "source string, start bigint, end bigint, whole boolean")
     stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts, opts.block_size)
-    return df.mapInArrow(stage, _read_schema(schema)), splits, counts
+    return df, stage, splits, counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,9 +582,17 @@ def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, hea
 # ---------------------------------------------------------------------------------------------
 def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict, job_id: str,
           num_shards: int, fail: str = "", stall: str = "", split_config=None):
-    """The DataFrame the write stage runs on, the splits and line counts of the read, the write stage."""
+    """The DataFrame the write stage runs on, the splits and line counts of the read, the write
+    stage, and the number of shards.  With ``shards="input"`` the write stage reads its split
+    itself (:class:`ReadAndWrite`): one shard per split and no shuffle."""
     from pyspark.sql import functions as F
 
+    if opts.shards == "input":
+        df, read, splits, counts = _read_plan(spark, schema, opts, files, headers)
+        write = WriteStage(output=opts.output, job_id=job_id, num_shards=len(splits), compression=opts.compression,
+                           schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
+                           stall_first_attempt=stall, splits=split_config)
+        return df, splits, counts, ReadAndWrite(read, write), len(splits)
     prepared, splits, counts = _read_input(spark, schema, opts, files, headers)
     if schema.record_type == "example":
         # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
@@ -583,7 +609,20 @@ def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: 
     write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
                        schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
                        stall_first_attempt=stall, splits=split_config)
-    return staged, splits, counts, write
+    return staged, splits, counts, write, num_shards
+
+
+@dataclass(frozen=True)
+class ReadAndWrite:
+    """mapInArrow function over the read splits for ``--shards input``: each task parses its split
+    (:class:`ReadStage`) and writes what it parsed as shard ``partition`` (:class:`WriteStage`) in
+    the same Python worker -- the rows never go back to the JVM, and there is no shuffle."""
+
+    read: Any
+    write: Any
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.write(self.read(batches))
 
 
 def _q(name: str) -> str:
