@@ -8,7 +8,9 @@ runs every operation once per round, in the same order each round, after one unt
 round; the table gives the median of the timed rounds and peer/ours (above 1.0x: we are faster):
 
 * CSV -> TFRecords: our job (``run_conversion``: parse, rejects, manifest, exactly-once commit)
-  against ``spark.read.csv(schema) + df.write.format("tfrecord")``; uncompressed and gzip;
+  against ``spark.read.csv(schema) + df.write.format("tfrecord")``; uncompressed and gzip; with
+  the default even shards (a shuffle) and with ``--shards input`` (a shard per read split, as the
+  peer writes); each run of ours checks its record count;
 * DataFrame (from Parquet) -> TFRecords: our data source against the peer's;
 * TFRecords -> DataFrame (the peer's output, read to Spark's ``noop`` sink): our reader against
   the peer's.
@@ -36,7 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PEER_JAR = REPO.parent / "shared" / "peers" / "spark-tfrecord_2.13-0.7.0.jar"
 OPS = ("csv: ours (job)", "csv: peer", "csv gzip: ours (job)", "csv gzip: peer",
        "parquet df -> tfrecord: ours", "parquet df -> tfrecord: peer",
-       "tfrecord -> df: ours", "tfrecord -> df: peer")
+       "tfrecord -> df: ours", "tfrecord -> df: peer",
+       "csv --shards input: ours (job)", "csv gzip --shards input: ours (job)")
+#: The table's rows: (operation, ours, peer).  The --shards input rows compare with the same peer runs.
+PAIRS = (("csv", OPS[0], OPS[1]), ("csv gzip", OPS[2], OPS[3]),
+         ("csv, --shards input (no shuffle, as the peer)", OPS[8], OPS[1]),
+         ("csv gzip, --shards input", OPS[9], OPS[3]),
+         ("parquet df -> tfrecord", OPS[4], OPS[5]), ("tfrecord -> df", OPS[6], OPS[7]))
 
 
 def rounds_job(argv: list[str]) -> int:
@@ -47,6 +55,7 @@ def rounds_job(argv: list[str]) -> int:
     p.add_argument("--schema", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--rows", type=int, required=True)
     args = p.parse_args(argv)
     import bench_spark
     from pyspark.sql import SparkSession
@@ -69,9 +78,12 @@ def rounds_job(argv: list[str]) -> int:
     spark.read.schema(struct).option("header", "true").csv(args.csv).write.format("tfrecord") \
         .option("recordType", "Example").mode("overwrite").save(peer_out)
 
-    def ours_csv(out, compression="none"):
-        run_conversion(spark, ConversionOptions(inputs=args.csv, input_format="csv", schema=args.schema,
-                                                output=out, overwrite=True, compression=compression))
+    def ours_csv(out, compression="none", shards="even"):
+        manifest = run_conversion(spark, ConversionOptions(inputs=args.csv, input_format="csv", schema=args.schema,
+                                                           output=out, overwrite=True, compression=compression,
+                                                           shards=shards))
+        if manifest["totals"]["records"] != args.rows:  # a fast wrong answer is no answer
+            raise RuntimeError(f"{out}: {manifest['totals']} for {args.rows} rows")
 
     def peer_csv(out, codec=None):
         w = spark.read.schema(struct).option("header", "true").csv(args.csv).write.format("tfrecord") \
@@ -92,6 +104,8 @@ def rounds_job(argv: list[str]) -> int:
         .mode("overwrite").save(),
         OPS[7]: lambda out: spark.read.format("tfrecord").schema(struct).load(peer_out).write.format("noop")
         .mode("overwrite").save(),
+        OPS[8]: lambda out: ours_csv(out, shards="input"),
+        OPS[9]: lambda out: ours_csv(out, "gzip", shards="input"),
     }
     times = {op: [] for op in OPS}
     for r in range(args.rounds + 1):  # round 0: warm-up, not timed
@@ -139,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([*base, str(make_parquet), str(csv), str(work / "data.parquet")], check=True, env=env,
                    capture_output=True)
     proc = subprocess.run([*base, __file__, "rounds", "--csv", str(csv), "--parquet", str(work / "data.parquet"),
-                           "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds)],
+                           "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds),
+                           "--rows", str(args.rows)],
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the benchmark job failed:\n{proc.stderr[-6000:]}")
@@ -148,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.rounds} interleaved warm rounds\n")
     print("| operation | tfrecord-io (s) | spark-tfrecord (s) | **peer / ours** |")
     print("| --- | ---: | ---: | ---: |")
-    for ours, peer in zip(OPS[::2], OPS[1::2]):
+    for label, ours, peer in PAIRS:
         o, q = statistics.median(times[ours]), statistics.median(times[peer])
-        print(f"| {ours.rsplit(':', 1)[0]} | {o:.2f} | {q:.2f} | **{q / o:.2f}x** |")
+        print(f"| {label} | {o:.2f} | {q:.2f} | **{q / o:.2f}x** |")
     print("\nAll timings (s):", json.dumps(times))
     return 0
 

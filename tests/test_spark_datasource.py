@@ -281,22 +281,12 @@ def _golden_frames(spark):
     """The DataFrames behind tests/golden/spark-tfrecord (see make_spark_tfrecord_golden.py)."""
     import sys
 
-    from pyspark.sql import types as T
-
     sys.path.insert(0, str(GOLDEN))
     try:
-        from make_spark_tfrecord_golden import example_rows, sequence_rows
+        from make_spark_tfrecord_golden import example_rows, sequence_rows, structs
     finally:
         sys.path.remove(str(GOLDEN))
-    example = T.StructType([
-        T.StructField("id", T.LongType()), T.StructField("x", T.DoubleType()),
-        T.StructField("name", T.StringType()), T.StructField("vec", T.ArrayType(T.FloatType())),
-        T.StructField("tags", T.ArrayType(T.StringType())), T.StructField("blob", T.BinaryType())])
-    sequence = T.StructType([
-        T.StructField("session", T.StringType()), T.StructField("country", T.StringType()),
-        T.StructField("ts", T.ArrayType(T.ArrayType(T.LongType()))),
-        T.StructField("items", T.ArrayType(T.ArrayType(T.StringType()))),
-        T.StructField("prices", T.ArrayType(T.ArrayType(T.FloatType())))])
+    example, sequence = structs()
     return (example_rows(), spark.createDataFrame(example_rows(), example).coalesce(1),
             sequence_rows(), spark.createDataFrame(sequence_rows(), sequence).coalesce(1))
 

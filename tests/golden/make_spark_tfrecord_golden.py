@@ -35,12 +35,10 @@ def sequence_rows() -> list[dict]:
              "prices": [[t * 1.5] for t in range(k + 1)]} for k in range(6)]
 
 
-def main() -> None:
-    from pyspark.sql import SparkSession
+def structs():
+    """(the Spark types of :func:`example_rows`, of :func:`sequence_rows`)."""
     from pyspark.sql import types as T
 
-    spark = SparkSession.builder.appName("spark-tfrecord golden").getOrCreate()
-    fmt = "com.linkedin.spark.datasources.tfrecord"
     example = T.StructType([
         T.StructField("id", T.LongType()), T.StructField("x", T.DoubleType()),
         T.StructField("name", T.StringType()), T.StructField("vec", T.ArrayType(T.FloatType())),
@@ -50,6 +48,15 @@ def main() -> None:
         T.StructField("ts", T.ArrayType(T.ArrayType(T.LongType()))),
         T.StructField("items", T.ArrayType(T.ArrayType(T.StringType()))),
         T.StructField("prices", T.ArrayType(T.ArrayType(T.FloatType())))])
+    return example, sequence
+
+
+def main() -> None:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("spark-tfrecord golden").getOrCreate()
+    fmt = "com.linkedin.spark.datasources.tfrecord"
+    example, sequence = structs()
     shutil.rmtree(HERE, ignore_errors=True)
     df = spark.createDataFrame(example_rows(), example).coalesce(1)
     df.write.format(fmt).option("recordType", "Example").save(str(HERE / "example"))
