@@ -72,7 +72,6 @@ class _Runner:
     master_args: tuple[str, ...]
     jvm_opts: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
-    size: str = ""
 
 
 RUNNERS = {
@@ -83,8 +82,7 @@ RUNNERS = {
         ("-Dorg.slf4j.simpleLogger.log.org.apache.flink=warn",
          "-Dorg.slf4j.simpleLogger.log.org.apache.pekko=warn",
          "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.executiongraph.ExecutionGraph=info",
-         "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.jobmaster.JobMaster=info"),
-        size="about 150 MB"),
+         "-Dorg.slf4j.simpleLogger.log.org.apache.flink.runtime.jobmaster.JobMaster=info")),
     "spark": _Runner(
         "spark", "beam-runners-spark-3", "pom-spark.xml", "org.apache.beam.runners.spark.SparkJobServerDriver",
         ("--spark-master-url=local[2]",),
@@ -96,8 +94,7 @@ RUNNERS = {
          "-Dorg.slf4j.simpleLogger.log.org.apache.spark=warn",
          "-Dorg.slf4j.simpleLogger.log.org.sparkproject=warn",
          "-Dspark.ui.enabled=false"),
-        env=(("SPARK_LOCAL_IP", "127.0.0.1"),),
-        size="about 300 MB"),
+        env=(("SPARK_LOCAL_IP", "127.0.0.1"),)),
 }
 
 
@@ -106,6 +103,8 @@ def _runner(name: str) -> _Runner:
         return RUNNERS[name]
     except KeyError:
         raise ValueError(f"unknown Beam runner {name!r}: one of {', '.join(RUNNERS)}") from None
+
+
 # Flink runs a batch job without retries unless told; Beam 2.62's portable batch translation
 # ignores --number_of_execution_retries, but applies a conf dir's restart strategy.
 _FLINK_CONF = """\
@@ -117,7 +116,7 @@ restart-strategy.fixed-delay.delay: 1 s
 
 
 class FlinkLocalError(RuntimeError):
-    """The local Flink job server could not be set up, started or stopped (the message says why)."""
+    """The local Flink (or Spark) job server could not be set up, started or stopped (the message says why)."""
 
 
 def cache_root() -> Path:
