@@ -90,7 +90,7 @@ def test_the_converters_work_without_tensorflow(slim, tmp_path):
          "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
     script = tmp_path / "df.py"
     script.write_text(
-        "import sys\nfrom pyspark.sql import SparkSession\nfrom tfrecord_io import spark_datasource\n"
+        "import sys\nfrom pyspark.sql import SparkSession\nfrom tfrecord_io.engines import spark_datasource\n"
         "s = SparkSession.builder.master('local[1]').getOrCreate()\nspark_datasource.register(s)\n"
         f"s.range(25).write.format('tfrecord').mode('append').save({str(tmp_path / 'df')!r})\n"
         f"print(sorted(r['id'] for r in s.read.format('tfrecord').load({str(tmp_path / 'df')!r}).collect()))\n")

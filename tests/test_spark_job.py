@@ -821,7 +821,7 @@ def test_dataframe_source_speculative_straggler_is_exactly_once(standalone_two_h
     out = tmp_path / "out"
     script = tmp_path / "write_df.py"
     script.write_text(
-        "from pyspark.sql import SparkSession\nfrom tfrecord_io import spark_datasource\n"
+        "from pyspark.sql import SparkSession\nfrom tfrecord_io.engines import spark_datasource\n"
         "spark = SparkSession.builder.getOrCreate()\nspark_datasource.register(spark)\n"
         "spark.conf.set('spark.sql.execution.arrow.maxRecordsPerBatch', '500')\n"
         "spark.range(6000).repartition(3).write.format('tfrecord').mode('append')"

@@ -672,20 +672,28 @@ class ConversionResult:
         return self.manifest is not None
 
 
-def runner_that_ran(result) -> str:
-    """The runner that actually executed a pipeline, from its result object."""
+def runner_that_ran(result, requested: str | None = None) -> str:
+    """The runner that actually executed a pipeline, from its result object and the ``--runner``
+    asked for (a portable result is Prism's only when DirectRunner, the default, chose it)."""
     module, name = type(result).__module__, type(result).__name__
     if "fn_api_runner" in module:
         return "FnApiRunner"
     if "prism" in module:
         return "PrismRunner"
     if "portable_runner" in module:
-        return "PortableRunner (Prism, when DirectRunner chose it)"
+        if requested in (None, "", "DirectRunner", "direct"):
+            return "PortableRunner (Prism, which DirectRunner chose)"
+        return f"PortableRunner ({requested})"
     if "direct" in module:
         return "BundleBasedDirectRunner"
     if "dataflow" in module:
         return "DataflowRunner"
     return f"{module}.{name}"
+
+
+def _requested_runner(options) -> str | None:
+    runner = options.view_as(StandardOptions).runner
+    return runner if isinstance(runner, str) else (type(runner).__name__ if runner is not None else None)
 
 
 def _counters(result) -> dict[str, int]:
@@ -753,7 +761,7 @@ def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = No
             result = p.run()
             state = result.wait_until_finish()
             if str(state).rsplit(".", 1)[-1] != "DONE":
-                raise ConversionError(f"the pipeline ended in state {state} on {runner_that_ran(result)}; "
+                raise ConversionError(f"the pipeline ended in state {state} on {runner_that_ran(result, _requested_runner(options))}; "
                                       f"nothing was committed")
         except Exception as e:
             _discard_temporary(conv.output)  # partial attempts of a failed run are of no use
@@ -763,7 +771,7 @@ def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = No
         except BaseException:
             _discard_temporary(conv.output)
             raise
-        runner = runner_that_ran(result)
+        runner = runner_that_ran(result, _requested_runner(options))
         requested = options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER
         try:
             report = json.loads(files.read_bytes(job.report_path).decode("utf-8"))
