@@ -1,7 +1,9 @@
 """``tfrecord-io pack-env OUT.tar.gz``: a slim Python environment for Spark executors on YARN.
 
 Spark executors only encode and frame bytes, so what they need is the core of this package
-(numpy, pyarrow, google-crc32c, pyyaml, hdfs-native) and, for Spark's Arrow path, pandas: no
+(numpy, pyarrow, google-crc32c, pyyaml, hdfs-native); pandas is added for the driver, which
+PySpark makes check for it when the job calls ``mapInArrow`` (so that in cluster mode the driver
+runs from the same archive; executors and the DataFrame writer work without it).  No
 TensorFlow and no pyspark (YARN containers get pyspark and py4j from the ``pyspark.zip`` and
 ``py4j-*.zip`` that spark-submit ships from ``$SPARK_HOME/python/lib``).  This builds that
 environment as a venv of the running interpreter's Python, with ``tfrecord_io`` itself copied
@@ -37,8 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-#: Beyond the core requirements: pandas, which PySpark's Python workers import for the Arrow
-#: batches of ``mapInArrow`` and Python data sources (pinned as in the ``[spark]`` extra).
+#: Beyond the core requirements: pandas (pinned as in the ``[spark]`` extra), which PySpark 4.3
+#: requires in the *driver* of a job that calls ``mapInArrow`` ("[PACKAGE_NOT_INSTALLED] Pandas >=
+#: 2.2.0 must be installed"); executors' Python workers run without it.
 SPARK_WORKER_EXTRAS = ("pandas",)
 #: Never in the slim environment, whatever asks for them.
 EXCLUDED = ("tensorflow", "pyspark", "apache-beam")
