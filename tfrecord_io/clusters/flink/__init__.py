@@ -30,21 +30,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
-import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
 import zipfile
 from pathlib import Path
 
+from tfrecord_io.clusters import jvm
+
 __all__ = [
     "BEAM_RUNNER_VERSION", "FLINK_RUNNER_ARTIFACT", "FLINK_VERSION", "RUNNERS", "SPARK_VERSION", "FlinkLocalError",
-    "LocalFlinkJobServer", "cache_root", "default_base_dir", "fetch_jars", "job_server_jar", "start", "status", "stop",
+    "LocalFlinkJobServer", "default_base_dir", "fetch_jars", "job_server_jar", "start", "status", "stop",
 ]
 
 BEAM_RUNNER_VERSION = "2.62.0"          # Beam's Java runners, resolved by Maven (docs/running-on-flink.md)
@@ -52,7 +51,9 @@ FLINK_RUNNER_ARTIFACT = "beam-runners-flink-1.19"
 FLINK_VERSION = "1.19.0"                # what beam-runners-flink-1.19:2.62.0 depends on
 SPARK_VERSION = "3.5.1"                 # named in pom-spark.xml (the runner has Spark as "provided")
 _HERE = Path(__file__).resolve().parent
-_MIN_JAVA = 11
+_MIN_JAVA = 11  # Flink 1.19 runs on 11 and 17
+_MARKER = b"BeamJobServer"  # our launcher, in the JVM's command line
+_NEEDED_BY = "the local Beam job server"
 _READY_LINE = "Job server now running"
 _COMMON_JVM_OPTS = (
     "-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", "-Djava.net.preferIPv4Stack=true",
@@ -119,18 +120,13 @@ class FlinkLocalError(RuntimeError):
     """The local Flink (or Spark) job server could not be set up, started or stopped (the message says why)."""
 
 
-def cache_root() -> Path:
-    """``$TFRECORD_IO_CACHE``, or ``~/.cache/tfrecord-io``."""
-    return Path(os.environ.get("TFRECORD_IO_CACHE") or Path.home() / ".cache" / "tfrecord-io")
-
-
 def default_base_dir(runner: str = "flink") -> Path:
     """Where the CLI keeps its job server unless given ``--dir``: ``<cache_root>/<runner>-local``."""
-    return cache_root() / f"{_runner(runner).name}-local"
+    return jvm.cache_root() / f"{_runner(runner).name}-local"
 
 
 def _home(runner: str) -> Path:
-    return cache_root() / f"beam-{_runner(runner).name}-{BEAM_RUNNER_VERSION}"
+    return jvm.cache_root() / f"beam-{_runner(runner).name}-{BEAM_RUNNER_VERSION}"
 
 
 def _jars_dir(runner: str) -> Path:
@@ -141,37 +137,6 @@ def job_server_jar(runner: str = "flink") -> Path:
     """The manifest-only jar for ``--flink_job_server_jar`` / ``--spark_job_server_jar`` (after
     :func:`fetch_jars`)."""
     return _home(runner) / f"beam-{_runner(runner).name}-job-server.jar"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _require(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise FlinkLocalError(f"`{tool}` is not on PATH; the local Flink job server needs it: install {install}")
-    return path
-
-
-def _java() -> str:
-    java = _require("java", "a Java 17 runtime (e.g. `apt-get install openjdk-17-jdk-headless`)")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    major = int(m.group(1)) if m else 0
-    if major == 1 and m and m.group(2):
-        major = int(m.group(2))
-    if major < _MIN_JAVA:
-        raise FlinkLocalError(f"{java} is Java {major or '?'}; the single-file launcher needs Java {_MIN_JAVA}+ "
-                              f"(Flink 1.19 runs on 11 and 17; e.g. `apt-get install openjdk-17-jdk-headless`)")
-    return java
 
 
 def _manifest(main_class: str, jars: list[str]) -> bytes:
@@ -208,9 +173,9 @@ def fetch_jars(runner: str = "flink") -> Path:
     done = target / ".complete"
     if done.is_file() and job_server_jar(runner).is_file():
         return target
-    with _locked(target.parent / ".fetch.lock"):
+    with jvm.locked(target.parent / ".fetch.lock"):
         if not done.is_file():
-            mvn = _require("mvn", "Apache Maven 3 (e.g. `apt-get install maven`)")
+            mvn = jvm.require("mvn", "Apache Maven 3 (e.g. `apt-get install maven`)", _NEEDED_BY, FlinkLocalError)
             import tempfile
 
             with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
@@ -265,7 +230,7 @@ class LocalFlinkJobServer:
         return args
 
     def is_ready(self) -> bool:
-        return _is_alive(self.pid) and _accepts(self.job_endpoint)
+        return jvm.is_alive(self.pid, _MARKER) and _accepts(self.job_endpoint)
 
     def jobs(self, timeout: float = 30.0) -> list[dict]:
         """The jobs the job server knows (``job_id``, ``job_name``, ``state``, ``options``); needs apache-beam."""
@@ -294,7 +259,7 @@ class LocalFlinkJobServer:
 
     def stop(self, timeout: float = 60.0) -> None:
         """Shut the job server down (SIGTERM, then SIGKILL after ``timeout`` s).  Idempotent."""
-        _terminate(self.pid, self._proc, timeout)
+        jvm.terminate(self.pid, self._proc, timeout, _MARKER, FlinkLocalError)
         with contextlib.suppress(FileNotFoundError):
             (self.base_dir / "server.json").unlink()
 
@@ -306,49 +271,6 @@ def _accepts(endpoint: str, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def _is_alive(pid: int) -> bool:
-    """True if ``pid`` runs our launcher (reaps it first if it is our exited child)."""
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if not Path("/proc/self").exists():
-        return True
-    try:  # guards against the pid having been reused by another program
-        return b"BeamJobServer" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def _terminate(pid: int, proc: subprocess.Popen | None, timeout: float) -> None:
-    if proc is not None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-        if proc.stdin:
-            proc.stdin.close()
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 30.0)):
-        if not _is_alive(pid):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while _is_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    if _is_alive(pid):
-        raise FlinkLocalError(f"the job server (pid {pid}) did not exit after SIGKILL")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -365,20 +287,6 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
-def _read_state(base: Path) -> dict | None:
-    try:
-        return json.loads((base / "server.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def _handle(base: Path, state: dict, proc: subprocess.Popen | None = None) -> LocalFlinkJobServer:
     return LocalFlinkJobServer(base_dir=base, runner=state.get("runner", "flink"),
                                job_endpoint=f"127.0.0.1:{state['job_port']}",
@@ -390,8 +298,8 @@ def _handle(base: Path, state: dict, proc: subprocess.Popen | None = None) -> Lo
 def status(base_dir: str | os.PathLike) -> LocalFlinkJobServer | None:
     """The job server running from ``base_dir`` (started by any process), or None."""
     base = Path(base_dir).resolve()
-    state = _read_state(base)
-    if state is None or not _is_alive(int(state["pid"])):
+    state = jvm.read_state(base / "server.json")
+    if state is None or not jvm.is_alive(int(state["pid"]), _MARKER):
         return None
     return _handle(base, state)
 
@@ -421,9 +329,9 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
     base = Path(base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
     spec = _runner(runner)
-    java = _java()
+    java = jvm.find_java(_NEEDED_BY, FlinkLocalError, _MIN_JAVA)
     jars = fetch_jars(runner)
-    with _locked(base / ".lock"):
+    with jvm.locked(base / ".lock"):
         running = status(base)
         if running is not None:
             raise FlinkLocalError(f"a {running.runner} job server is already running from {base} at {running.job_endpoint} "
@@ -458,7 +366,7 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
         try:
             _wait_ready(handle, proc, timeout)
         except BaseException:
-            _terminate(proc.pid, proc, 30)
+            jvm.terminate(proc.pid, proc, 30, _MARKER, FlinkLocalError)
             raise
         tmp = base / "server.json.tmp"
         tmp.write_text(json.dumps(state))
@@ -473,7 +381,7 @@ def _wait_ready(handle: LocalFlinkJobServer, proc: subprocess.Popen, timeout: fl
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise FlinkLocalError(f"the {handle.runner} job server exited with status {proc.returncode} while starting; last "
-                                  f"lines of {handle.log_path}:\n{_log_tail(handle.log_path)}")
+                                  f"lines of {handle.log_path}:\n{jvm.log_tail(handle.log_path)}")
         try:
             logged = _READY_LINE in handle.log_path.read_text(errors="replace")
         except FileNotFoundError:
@@ -482,4 +390,4 @@ def _wait_ready(handle: LocalFlinkJobServer, proc: subprocess.Popen, timeout: fl
             return
         time.sleep(0.25)
     raise TimeoutError(f"the {handle.runner} job server in {handle.base_dir} was not ready within {timeout:.0f}s; last lines "
-                       f"of {handle.log_path}:\n{_log_tail(handle.log_path)}")
+                       f"of {handle.log_path}:\n{jvm.log_tail(handle.log_path)}")
