@@ -271,6 +271,12 @@ def test_beam_refuses_spark_only_formats_with_exit_2(tmp_path):
     proc = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(tmp_path / "in"), "--format", "parquet",
                            "--schema", str(tmp_path / "s.yaml"), "--output", str(tmp_path / "out"), check=False)
     assert proc.returncode == 2 and "is read by Spark" in proc.stderr, proc.stderr[-2000:]
+    (tmp_path / "in" / "a.csv").write_text("id\n1\n")
+    proc = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(tmp_path / "in"), "--format", "csv",
+                           "--shards", "input", "--schema", str(tmp_path / "s.yaml"), "--output",
+                           str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and "--shards input (one shard per input split) is the Spark job's" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------- spark-tfrecord compatibility
