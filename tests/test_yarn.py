@@ -7,7 +7,7 @@ Executors are YARN containers started by the NodeManager: their Python is one th
 the repository's editable ``tfrecord_io`` (the package reaches them only through ``--py-files``, as
 on a real cluster), or, for section 3, the slim environment that ``tfrecord-io pack-env`` builds,
 shipped with ``--archives`` (no TensorFlow in it).  Output is checked with TensorFlow's own reader
-against a ``local[2]`` run of the same job on the same input.  No mocks.
+against a ``local[2]`` run of the same conversion on the same input.  No mocks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, spark_submit
+from conftest import VENV_BIN
 from test_spark_job import (JOB, SCHEMA, _executor_python, expected_values, make_rows, read_back,
                             serialized_records, write_csv)
 from tfrecord_io.engines.spark import FAIL_FIRST_ATTEMPT_CONF, package_zip
@@ -141,11 +141,16 @@ def job_args(base: str, out: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def local_run(hdfs, hdfs_input):
-    """The same job in local[2] mode (spark-submit, HDFS in and out): the reference output."""
+def local_run(spark, hdfs_input):
+    """The same conversion in local[2] mode (the session's SparkSession, HDFS in and out): the
+    reference output."""
+    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
+
     base, _ = hdfs_input
     out = f"{base}/local-out"
-    spark_submit(job_args(base, out), env={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
+    run_conversion(spark, ConversionOptions(inputs=[f"{base}/in/*.csv"], input_format="csv",
+                                            schema=f"{base}/schema.yaml", output=out, compression="gzip",
+                                            num_shards=SHARDS))
     return out
 
 
