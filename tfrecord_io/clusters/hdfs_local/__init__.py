@@ -34,27 +34,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import time
 from html import escape
 from pathlib import Path
 
+from tfrecord_io.clusters import jvm
+
 __all__ = [
     "HADOOP_VERSION", "HDFS_DEFAULT_BLOCK_SIZE", "TEST_BLOCK_SIZE", "HdfsLocalError", "LocalHdfs",
-    "LocalYarn", "cache_root", "default_base_dir", "fetch_jars", "start", "start_yarn", "status",
+    "LocalYarn", "default_base_dir", "fetch_jars", "start", "start_yarn", "status",
     "stop", "stop_yarn", "yarn_status",
 ]
 
 HADOOP_VERSION = "3.5.0"
 _HERE = Path(__file__).resolve().parent
-_MIN_JAVA = 17  # Hadoop 3.5 class files are Java 17 (major version 61)
+_HDFS, _YARN = b"MiniHdfs", b"MiniYarn"  # our launchers, in their JVMs' command lines
+_NEEDED_BY = f"the local Hadoop {HADOOP_VERSION}"
 TEST_BLOCK_SIZE = 1024 * 1024                # start()'s default
 HDFS_DEFAULT_BLOCK_SIZE = 128 * 1024 * 1024  # dfs.blocksize in Hadoop's hdfs-default.xml
 _JVM_OPTS = (
@@ -76,50 +76,13 @@ class HdfsLocalError(RuntimeError):
     """The local HDFS could not be set up, started or stopped (the message says why)."""
 
 
-def cache_root() -> Path:
-    """``$TFRECORD_IO_CACHE``, or ``~/.cache/tfrecord-io``."""
-    return Path(os.environ.get("TFRECORD_IO_CACHE") or Path.home() / ".cache" / "tfrecord-io")
-
-
 def default_base_dir() -> Path:
     """Where the CLI keeps its cluster unless given ``--dir``: ``<cache_root>/hdfs-local``."""
-    return cache_root() / "hdfs-local"
+    return jvm.cache_root() / "hdfs-local"
 
 
 def _jars_dir() -> Path:
-    return cache_root() / f"hadoop-{HADOOP_VERSION}" / "jars"
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _require(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise HdfsLocalError(f"`{tool}` is not on PATH; the local HDFS needs it: install {install}")
-    return path
-
-
-def _java() -> str:
-    java = _require("java", f"a Java {_MIN_JAVA}+ runtime (e.g. `apt-get install "
-                            "openjdk-17-jdk-headless`)")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    major = int(m.group(1)) if m else 0
-    if major == 1 and m and m.group(2):  # "1.8.0_x"
-        major = int(m.group(2))
-    if major < _MIN_JAVA:
-        raise HdfsLocalError(f"{java} is Java {major or '?'}; Hadoop {HADOOP_VERSION} needs Java "
-                             f"{_MIN_JAVA}+ (e.g. `apt-get install openjdk-17-jdk-headless`)")
-    return java
+    return jvm.cache_root() / f"hadoop-{HADOOP_VERSION}" / "jars"
 
 
 def _jars_marker() -> str:
@@ -145,8 +108,8 @@ def fetch_jars() -> Path:
     target = _jars_dir()
     if _jars_complete(target):
         return target
-    mvn = _require("mvn", "Apache Maven 3 (e.g. `apt-get install maven`)")
-    with _locked(target.parent / ".fetch.lock"):
+    mvn = jvm.require("mvn", "Apache Maven 3 (e.g. `apt-get install maven`)", _NEEDED_BY, HdfsLocalError)
+    with jvm.locked(target.parent / ".fetch.lock"):
         if _jars_complete(target):
             return target
         import tempfile
@@ -197,58 +160,13 @@ class LocalHdfs:
 
     def is_ready(self) -> bool:
         """NameNode out of safe mode with at least one live DataNode (asks its JMX)."""
-        return _is_alive(self.pid) and _jmx_ready(self.webhdfs_url)
+        return jvm.is_alive(self.pid, _HDFS) and _jmx_ready(self.webhdfs_url)
 
     def stop(self, timeout: float = 60.0) -> None:
         """Shut the cluster down (SIGTERM, then SIGKILL after ``timeout`` s).  Idempotent."""
-        _terminate(self.pid, self._proc, timeout)
+        jvm.terminate(self.pid, self._proc, timeout, _HDFS, HdfsLocalError)
         with contextlib.suppress(FileNotFoundError):
             (self.base_dir / "cluster.json").unlink()
-
-
-def _is_alive(pid: int, marker: bytes = b"MiniHdfs") -> bool:
-    """True if ``pid`` runs our launcher ``marker`` (reaps it first if it is our exited child)."""
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if not Path("/proc/self").exists():
-        return True  # no procfs: trust kill(0)
-    try:  # guards against the pid having been reused by another program
-        return marker in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def _terminate(pid: int, proc: subprocess.Popen | None, timeout: float,
-               marker: bytes = b"MiniHdfs") -> None:
-    """SIGTERM (a clean MiniDFSCluster shutdown), then SIGKILL after ``timeout`` seconds."""
-    if proc is not None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-        if proc.stdin:
-            proc.stdin.close()
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 30.0)):
-        if not _is_alive(pid, marker):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while _is_alive(pid, marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    if _is_alive(pid, marker):
-        raise HdfsLocalError(f"the local {marker.decode()} (pid {pid}) did not exit after SIGKILL")
 
 
 def _jmx_ready(webhdfs_url: str) -> bool:
@@ -262,13 +180,6 @@ def _jmx_ready(webhdfs_url: str) -> bool:
         return False
     state = beans[0]
     return state.get("FSState") == "Operational" and state.get("NumLiveDataNodes", 0) >= 1
-
-
-def _read_state(base: Path) -> dict | None:
-    try:
-        return json.loads((base / "cluster.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def _handle(base: Path, state: dict, proc: subprocess.Popen | None = None) -> LocalHdfs:
@@ -316,18 +227,11 @@ def _write_conf(h: LocalHdfs, block_size: int) -> None:
         _write_xml(h.conf_dir, name, props)
 
 
-def _log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
 def status(base_dir: str | os.PathLike) -> LocalHdfs | None:
     """The cluster running from ``base_dir`` (started by any process), or None."""
     base = Path(base_dir).resolve()
-    state = _read_state(base)
-    if state is None or not _is_alive(int(state["pid"])):
+    state = jvm.read_state(base / "cluster.json")
+    if state is None or not jvm.is_alive(int(state["pid"]), _HDFS):
         return None
     return _handle(base, state)
 
@@ -373,9 +277,9 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
                          f"{block_size!r}")
     base = Path(base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    java = _java()
+    java = jvm.find_java(_NEEDED_BY, HdfsLocalError)
     jars = fetch_jars()
-    with _locked(base / ".lock"):
+    with jvm.locked(base / ".lock"):
         running = status(base)
         if running is not None:
             raise HdfsLocalError(f"a local HDFS is already running from {base} at "
@@ -405,7 +309,7 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
                 start_yarn(handle, base / "yarn", conf_dir=handle.conf_dir, timeout=timeout,
                            detach=detach)
         except BaseException:
-            _terminate(proc.pid, proc, 30)
+            jvm.terminate(proc.pid, proc, 30, _HDFS, HdfsLocalError)
             raise
     if detach:  # the handle must not own the process, or its stop/GC would take it down
         object.__setattr__(handle, "_proc", None)
@@ -418,15 +322,15 @@ def _wait_ready(base: Path, proc: subprocess.Popen, timeout: float) -> LocalHdfs
         if proc.poll() is not None:
             raise HdfsLocalError(f"the local HDFS exited with status {proc.returncode} while "
                                  f"starting; last lines of {base / 'hdfs.log'}:\n"
-                                 f"{_log_tail(base / 'hdfs.log')}")
-        state = _read_state(base)
+                                 f"{jvm.log_tail(base / 'hdfs.log')}")
+        state = jvm.read_state(base / "cluster.json")
         if state is not None and state.get("pid") == proc.pid:
             handle = _handle(base, state, proc)
             if _jmx_ready(handle.webhdfs_url):
                 return handle
         time.sleep(0.25)
     raise TimeoutError(f"the local HDFS in {base} was not ready within {timeout:.0f}s; last lines "
-                       f"of {base / 'hdfs.log'}:\n{_log_tail(base / 'hdfs.log')}")
+                       f"of {base / 'hdfs.log'}:\n{jvm.log_tail(base / 'hdfs.log')}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,20 +375,13 @@ class LocalYarn:
         return "".join(parts)
 
     def is_ready(self) -> bool:
-        return _is_alive(self.pid, b"MiniYarn") and (self.base_dir / "yarn.json").is_file()
+        return jvm.is_alive(self.pid, _YARN) and (self.base_dir / "yarn.json").is_file()
 
     def stop(self, timeout: float = 60.0) -> None:
         """Shut YARN down (SIGTERM, then SIGKILL after ``timeout`` s).  Idempotent."""
-        _terminate(self.pid, self._proc, timeout, b"MiniYarn")
+        jvm.terminate(self.pid, self._proc, timeout, _YARN, HdfsLocalError)
         with contextlib.suppress(FileNotFoundError):
             (self.base_dir / "yarn.json").unlink()
-
-
-def _read_yarn_state(base: Path) -> dict | None:
-    try:
-        return json.loads((base / "yarn.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def _yarn_handle(base: Path, state: dict, conf_dir: Path,
@@ -516,8 +413,8 @@ def _write_yarn_conf(conf_dir: Path, state: dict) -> None:
 def yarn_status(base_dir: str | os.PathLike) -> LocalYarn | None:
     """The YARN running from ``base_dir`` (``<hdfs base>/yarn`` for ``start(yarn=True)``), or None."""
     base = Path(base_dir).resolve()
-    state = _read_yarn_state(base)
-    if state is None or not _is_alive(int(state["pid"]), b"MiniYarn"):
+    state = jvm.read_state(base / "yarn.json")
+    if state is None or not jvm.is_alive(int(state["pid"]), _YARN):
         return None
     try:
         conf = Path(json.loads((base / "conf_dir.json").read_text())["conf_dir"])
@@ -568,9 +465,9 @@ def start_yarn(hdfs: LocalHdfs, base_dir: str | os.PathLike, *, conf_dir: str | 
     base = Path(base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
     conf = Path(conf_dir).resolve() if conf_dir is not None else base / "conf"
-    java = _java()
+    java = jvm.find_java(_NEEDED_BY, HdfsLocalError)
     jars = fetch_jars()
-    with _locked(base / ".lock"):
+    with jvm.locked(base / ".lock"):
         running = yarn_status(base)
         if running is not None:
             raise HdfsLocalError(f"a local YARN is already running from {base} (ResourceManager "
@@ -610,18 +507,18 @@ def start_yarn(hdfs: LocalHdfs, base_dir: str | os.PathLike, *, conf_dir: str | 
                 if proc.poll() is not None:
                     raise HdfsLocalError(
                         f"the local YARN exited with status {proc.returncode} while starting; "
-                        f"last lines of {log_path}:\n{_log_tail(log_path)}")
-                state = _read_yarn_state(base)
+                        f"last lines of {log_path}:\n{jvm.log_tail(log_path)}")
+                state = jvm.read_state(base / "yarn.json")
                 if state is not None and state.get("pid") == proc.pid:
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the local YARN in {base} was not ready within {timeout:.0f}s; "
-                                       f"last lines of {log_path}:\n{_log_tail(log_path)}")
+                                       f"last lines of {log_path}:\n{jvm.log_tail(log_path)}")
                 time.sleep(0.25)
             _write_yarn_conf(conf, state)
             handle = _yarn_handle(base, state, conf, proc)
         except BaseException:
-            _terminate(proc.pid, proc, 30, b"MiniYarn")
+            jvm.terminate(proc.pid, proc, 30, _YARN, HdfsLocalError)
             raise
     if detach:
         object.__setattr__(handle, "_proc", None)
