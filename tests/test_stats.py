@@ -25,7 +25,7 @@ from tfrecord_io.core.codec import encode_examples
 from tfrecord_io.commands.inspect import resolve_source
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.commands.stats import (
-    EXACT_LIMIT, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary, compute_stats,
+    EXACT_LIMIT, INTEGER_BARS, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary, compute_stats,
     stats_to_dict,
 )
 from tfrecord_io.commands.report import format_number, write_summaries
@@ -99,7 +99,7 @@ def check_numeric(summary: dict, values: np.ndarray, integer: bool = False) -> N
     for q in QUANTILES:
         assert summary["quantiles"][f"p{round(q * 100)}"] == np.quantile(finite, q, method="lower")
     edges = np.asarray(summary["histogram"]["edges"])
-    if integer and finite.max() - finite.min() + 1 <= 30:
+    if (integer or summary["integer"]) and finite.max() - finite.min() + 1 <= INTEGER_BARS:  # a bar per value
         np.testing.assert_array_equal(edges, np.arange(finite.min(), finite.max() + 2) - 0.5)
     elif finite.min() != finite.max():
         assert len(edges) == 31 and edges[0] == finite.min() and edges[-1] == finite.max()

@@ -72,7 +72,7 @@ from typing import Any, Iterable
 import numpy as np
 
 __all__ = [
-    "EXACT_LIMIT", "SKETCH_ALPHA", "SKETCH_MAX_BINS", "TOP_CAPACITY", "QUANTILES", "HISTOGRAM_BUCKETS",
+    "EXACT_LIMIT", "SKETCH_ALPHA", "SKETCH_MAX_BINS", "TOP_CAPACITY", "QUANTILES", "HISTOGRAM_BUCKETS", "INTEGER_BARS",
     "LogSketch", "NumericSummary", "StringSummary", "FeatureStats", "SourceStats",
     "file_stats", "compute_stats", "stats_to_dict", "configure", "run",
 ]
