@@ -62,6 +62,11 @@ CASES = [
     ("stats: done", lambda d: ["stats", str(d / "out"), "--logdir", str(d / "logs1")], 0, None),
     ("stats: the manifest lies", lambda d: ["stats", str(d / "lying"), "--logdir", str(d / "logs2")], 3, "lying"),
     ("stats: unreadable", lambda d: ["stats", str(d / "nope"), "--logdir", str(d / "logs3")], 2, "nope"),
+    ("stats --compare: unreadable B", lambda d: ["stats", str(d / "out"), "--compare", str(d / "nope"),
+                                                 "--logdir", str(d / "logs4")], 2, "nope"),
+    ("pack-env: bad usage", lambda d: ["pack-env"], 2, None),
+    ("hdfs-local: nothing running", lambda d: ["hdfs-local", "status", "--dir", str(d / "no-cluster")], 1, None),
+    ("flink-local: nothing running", lambda d: ["flink-local", "status", "--dir", str(d / "no-server")], 1, None),
     ("no command", lambda d: [], 2, None),
 ]
 
