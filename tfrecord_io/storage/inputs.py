@@ -80,12 +80,18 @@ def list_inputs(uris: str | Iterable[str]) -> list[InputFile]:
     return [InputFile(p, s) for p, s in sorted(found.items())]
 
 
-def _is_glob(uri: str) -> bool:
+def is_glob(uri: str) -> bool:
+    """Whether ``uri`` is a glob pattern (``*``, ``?``, ``[...]``)."""
     return any(c in uri for c in "*?[")
 
 
+def hidden(uri: str) -> bool:
+    """Names starting with ``_`` or ``.`` are not data (``_SUCCESS``, ``.crc`` files, temporaries)."""
+    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
+
+
 def _files_of(uri: str) -> list[tuple[str, int]]:
-    if _is_glob(uri):
+    if is_glob(uri):
         candidates = fs.glob(uri)
     elif fs.isdir(uri):
         candidates = fs.ls(uri)
@@ -93,8 +99,7 @@ def _files_of(uri: str) -> list[tuple[str, int]]:
         candidates = [uri]
     found = []
     for path in candidates:
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        if path != uri and name.startswith(("_", ".")):
+        if path != uri and hidden(path):
             continue
         if fs.isdir(path):
             continue

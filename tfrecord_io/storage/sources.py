@@ -6,7 +6,7 @@ A SOURCE is one of
 * an output directory of ours (it has ``_manifest.json``): the files the manifest lists, with
   its compression, schema, record counts and per-feature present counts (:class:`Manifest`);
 * any other directory: its files, except names starting with ``_`` or ``.`` (the same rule as
-  input listing, :func:`tfrecord_io.storage.inputs.list_inputs`; subdirectories are not entered);
+  input listing, :func:`tfrecord_io.storage.inputs.hidden`; subdirectories are not entered);
 * a glob (``*``, ``?``, ``[...]``), a single file, or (from Python) a list of files.
 
 Local paths, ``file://`` and ``hdfs://`` work alike.  A file's compression is the caller's
@@ -33,12 +33,11 @@ from typing import Any, Iterable, Iterator, Mapping
 from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage import fs
+from tfrecord_io.storage.inputs import hidden, is_glob
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
 
-__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "hidden", "iter_file_records", "resolve_source",
+__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "iter_file_records", "resolve_source",
            "sniff_compression"]
-
-_GLOB_CHARS = "*?["
 
 
 @dataclass(frozen=True)
@@ -145,11 +144,6 @@ class Source:
         return sum(f.size or 0 for f in self.files)
 
 
-def hidden(uri: str) -> bool:
-    """Names starting with ``_`` or ``.`` are not data (``_SUCCESS``, ``.crc`` files, temporaries)."""
-    return uri.rstrip("/").rsplit("/", 1)[-1].startswith(("_", "."))
-
-
 def _relative(base: str, uri: str) -> str:
     base = base.rstrip("/") + "/"
     return uri[len(base):] if uri.startswith(base) else uri.rstrip("/").rsplit("/", 1)[-1]
@@ -234,7 +228,7 @@ def resolve_source(source: Any, *, compression: str | None = "auto", schema: Any
 
 
 def _resolve_path(uri: str, how: _Resolver, committed: bool) -> Source:
-    if any(c in uri for c in _GLOB_CHARS):
+    if is_glob(uri):
         try:
             matches = fs.glob(uri)
         except ValueError as e:
