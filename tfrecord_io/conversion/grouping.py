@@ -116,18 +116,23 @@ class Grouped:
 
 def build_sequence_examples(batch: pa.RecordBatch, schema: Schema, max_steps: int, *,
                             reasons: Sequence[str | None] | None = None,
-                            lines: Sequence[Any] | None = None) -> Grouped:
+                            lines: Sequence[Any] | pa.Array | None = None) -> Grouped:
     """Encode the complete records of a sorted batch (see the module doc for the rules).
 
     ``batch`` holds the schema's input features (other columns are ignored); ``reasons`` the
-    read-time reject reason of each row (None for a good row); ``lines`` each row's input line,
-    for messages.
+    read-time reject reason of each row (None for a good row; ``reasons=None``: no row was
+    rejected); ``lines`` each row's input line (a list or an Arrow array), for messages.
     """
     n = batch.num_rows
     starts = record_starts(batch.column(batch.schema.get_field_index(schema.group_by)), max_steps)
     sizes = np.diff(np.append(starts, n))
     unit_of = np.repeat(np.arange(len(starts)), sizes)
-    line = (lambda i: lines[int(i)]) if lines is not None else (lambda i: int(i) + 1)
+    if lines is None:
+        line = lambda i: int(i) + 1  # noqa: E731
+    elif isinstance(lines, pa.Array):  # looked up only for the messages of rejected records
+        line = lambda i: lines[int(i)].as_py()  # noqa: E731
+    else:
+        line = lambda i: lines[int(i)]  # noqa: E731
     why: dict[int, str] = {}  # record -> why it is rejected
     if reasons is not None:
         for i, text in enumerate(reasons):

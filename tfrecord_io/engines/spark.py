@@ -866,8 +866,9 @@ class WriteStage:
     def _encode_units(self, batch: pa.RecordBatch, spool: _RejectSpool, stats: dict) -> pa.Array | None:
         """Encode the complete records in ``batch`` (:mod:`tfrecord_io.conversion.grouping`); spool
         the rows of rejected ones."""
-        reasons = [_text(b) for b in _binary_list(batch.column(batch.schema.get_field_index(REASON)))]
-        lines = batch.column(batch.schema.get_field_index(LINE)).to_pylist()
+        reason = batch.column(batch.schema.get_field_index(REASON))
+        reasons = None if reason.null_count == len(reason) else [_text(b) for b in _binary_list(reason)]
+        lines = batch.column(batch.schema.get_field_index(LINE))
         out = grouping.build_sequence_examples(batch, self.schema, self.max_steps, reasons=reasons, lines=lines)
         if out.rejected:
             rows = np.array(sorted(out.rejected), dtype=np.int64)
