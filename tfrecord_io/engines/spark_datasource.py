@@ -306,17 +306,23 @@ class TFRecordDataSource(DataSource):
         files, manifest_schema = _files_of(path.rstrip("/") or "/")
         return files, Schema.load(opts["schema"]) if "schema" in opts else manifest_schema, opts
 
-    @staticmethod
-    def _infer(files) -> Schema:
-        """The schema of files without a manifest, from a bounded sample of their first records."""
+    def _infer(self, files) -> Schema:
+        """The schema of files without a manifest, from a bounded sample of their first records
+        (read once per data source: ``schema()`` and ``reader()`` both need it)."""
         from tfrecord_io.core.framing import read_records
+
+        cached = getattr(self, "_inferred", None)
+        if cached is not None and cached[0] == files:
+            return cached[1]
 
         def records():
             for uri, comp in files:
                 with fs.open(uri, "rb") as f:
                     yield from read_records(f, name=uri, compression=comp)
 
-        return schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+        inferred = schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+        self._inferred = (files, inferred)
+        return inferred
 
     def schema(self):
         files, schema, _ = self._source()
