@@ -135,8 +135,8 @@ class Source:
     @property
     def total_records(self) -> int | None:
         """The manifest's record count (None unless every file has one)."""
-        if not self.files or any(f.records is None for f in self.files):
-            return None if self.files else 0
+        if any(f.records is None for f in self.files):
+            return None
         return sum(f.records for f in self.files)
 
     @property
