@@ -1,4 +1,4 @@
-"""CSV / JSON Lines -> TFRecords with Apache Beam: the same as ``python -m tfrecord_io.engines.beam``.
+"""CSV / JSON Lines -> TFRecords with Apache Beam: the same as ``python -m tfrecord_io.beam``.
 
     python -m pipelines.to_tfrecord --input URI[,URI...] --format csv|json --schema PATH_OR_URI \
         --output URI [the job's options, as jobs/to_tfrecord.py] \

@@ -47,14 +47,16 @@ def spark():
     session.stop()
 
 
+def spark_conf_args(conf: dict[str, str] | None = None) -> list[str]:
+    """``--conf KEY=VALUE`` arguments for spark-submit: the suite's settings, then ``conf``."""
+    return [a for k, v in {**_spark_conf(), **(conf or {})}.items() for a in ("--conf", f"{k}={v}")]
+
+
 def spark_submit(args: list[str], *, master: str = "local[2]", conf: dict[str, str] | None = None,
                  env: dict[str, str] | None = None, timeout: float = 600, check: bool = True,
                  extra: list[str] = ()) -> subprocess.CompletedProcess:
     """Run ``spark-submit`` (pyspark's own) as a subprocess, as a user would, and return the result."""
-    cmd = [str(VENV_BIN / "spark-submit"), "--master", master]
-    for k, v in {**_spark_conf(), **(conf or {})}.items():
-        cmd += ["--conf", f"{k}={v}"]
-    cmd += [*extra, *args]
+    cmd = [str(VENV_BIN / "spark-submit"), "--master", master, *spark_conf_args(conf), *extra, *args]
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
     if check and proc.returncode != 0:

@@ -1,4 +1,4 @@
-"""The Beam pipeline (``pipelines.to_tfrecord`` / ``tfrecord_io.engines.beam``) end to end.
+"""The Beam pipeline (``pipelines.to_tfrecord`` / ``tfrecord_io.beam``) end to end.
 
 Runs use ``--runner=FnApiRunner`` (Beam's in-process runner, without DirectRunner's attempt to
 download Prism) unless a test is about the runner; every run checks which runner actually ran.

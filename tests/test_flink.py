@@ -136,7 +136,7 @@ def on_flink(flink, inp: str, fmt: str, schema: Schema, out: str, beam_args=(), 
 # ------------------------------------------------------------------------------- (a) local files
 @pytest.mark.parametrize("record_type", ["example", "sequence_example"])
 def test_local_csv_on_flink_equals_fnapi_runner(flink, tmp_path, record_type):
-    """The command line (``python -m tfrecord_io.engines.beam``) on Flink writes what FnApiRunner writes."""
+    """The command line (``python -m tfrecord_io.beam``) on Flink writes what FnApiRunner writes."""
     inp = tmp_path / "in"
     inp.mkdir()
     if record_type == "example":
@@ -163,7 +163,7 @@ def test_local_csv_on_flink_equals_fnapi_runner(flink, tmp_path, record_type):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "tfrecord_io.engines.beam", "--input", str(inp), "--format", fmt,
+        [sys.executable, "-m", "tfrecord_io.beam", "--input", str(inp), "--format", fmt,
          "--schema", str(schema_path), "--output", got, "--max-reject-fraction", "0.5", *extra,
          *flink_args(flink, job_name)],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)

@@ -129,7 +129,7 @@ def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_
               "--max-reject-fraction", "0.1"]
     _run(installed, cli, "convert", "--engine", "beam", *common, "--output", str(tmp_path / "beam"),
          "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
-    _run(installed, py, "-m", "tfrecord_io.engines.beam", *common, "--output", str(tmp_path / "beam2"),
+    _run(installed, py, "-m", "tfrecord_io.beam", *common, "--output", str(tmp_path / "beam2"),
          "--runner=FnApiRunner", cwd=tmp_path)
     done = _run(installed, cli, "convert", "--engine", "spark", "--master", "local[1]", *common,
                 "--output", str(tmp_path / "spark"), cwd=tmp_path)

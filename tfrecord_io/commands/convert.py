@@ -4,7 +4,7 @@ Entry points, all with the flags of :func:`tfrecord_io.conversion.options.add_ar
 
 * ``tfrecord-io convert --engine spark|beam ...`` (:func:`configure` / :func:`run`);
 * ``spark-submit jobs/to_tfrecord.py ...`` (:func:`spark_job_main`);
-* ``python -m tfrecord_io.engines.beam ...`` and ``python -m pipelines.to_tfrecord ...``
+* ``python -m tfrecord_io.beam ...`` and ``python -m pipelines.to_tfrecord ...``
   (:func:`beam_main`); flags it does not know are Beam pipeline options.
 
 :func:`execute` is the one place that turns an outcome into an exit status:
@@ -154,14 +154,12 @@ def run_beam(options: opts.ConversionOptions, beam_args: list[str], *, debug: bo
     _configure_logging()
     if not debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
         logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     from tfrecord_io.engines import beam as tbeam
 
     ran = {}
 
     def work():
-        result = tbeam.run_conversion(options, PipelineOptions(beam_args))
+        result = tbeam.run_conversion(options, tbeam.pipeline_options(beam_args))
         ran.update(runner=result.runner, seconds=result.seconds)
         return result.manifest
 
@@ -169,21 +167,32 @@ def run_beam(options: opts.ConversionOptions, beam_args: list[str], *, debug: bo
 
 
 def beam_main(argv: list[str] | None = None) -> int:
-    """``python -m tfrecord_io.engines.beam`` (and ``pipelines/to_tfrecord.py``): unknown flags go to Beam."""
+    """``python -m tfrecord_io.beam`` (and ``pipelines/to_tfrecord.py``): unknown flags go to Beam."""
     parser = argparse.ArgumentParser(
-        prog="python -m tfrecord_io.engines.beam",
+        prog="python -m tfrecord_io.beam", allow_abbrev=False,
         description="Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
-                    "Options it does not know are passed to Beam as pipeline options (--runner, ...).")
+                    "Beam's pipeline options (--runner, ...) may follow; any other argument is an error.")
     opts.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     try:
         args, beam_args = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
         return int(e.code or 0)
-    code = _refused_by_beam(args) or execute_checked(args)
+    code = _refused_by_beam(args) or _unknown_to_beam(beam_args) or execute_checked(args)
     if code is not None:
         return code
     return run_beam(opts.from_args(args), beam_args, debug=args.debug)
+
+
+def _unknown_to_beam(beam_args: list[str]) -> int | None:
+    """Exit 2 (before anything runs) for an argument that is no Beam pipeline option; else None."""
+    from tfrecord_io.engines import beam as tbeam
+
+    try:
+        tbeam.pipeline_options(beam_args)
+    except ValueError as e:
+        return _usage(str(e))
+    return None
 
 
 # ------------------------------------------------------------------------ tfrecord-io convert
@@ -221,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "beam":
         if args.master or args.conf:
             return _usage("--master/--conf are Spark options; pass Beam options with --engine-arg")
-        code = _refused_by_beam(args)
+        code = _refused_by_beam(args) or _unknown_to_beam(list(args.engine_arg))
         if code is not None:
             return code
     elif args.engine_arg:

@@ -4,7 +4,7 @@ Same contract as the Spark job (``tfrecord_io.storage.output``): the same schema
 (:mod:`tfrecord_io.conversion.parsing`), encoder (:mod:`tfrecord_io.core.codec`) and output layout
 (``part-*``, ``_rejects/``, ``_manifest.json``, ``_SUCCESS`` last), the same reject threshold
 and the same refusal to overwrite.  Entry points: :func:`run_conversion` (library, with
-:class:`tfrecord_io.conversion.options.ConversionOptions`) and ``python -m tfrecord_io.engines.beam`` (command line;
+:class:`tfrecord_io.conversion.options.ConversionOptions`) and ``python -m tfrecord_io.beam`` (command line;
 ``pipelines/to_tfrecord.py`` is the same).
 
 Pipeline (Example records)::
@@ -80,6 +80,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -87,7 +88,7 @@ import zlib
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -106,14 +107,72 @@ from tfrecord_io.conversion.options import ConversionError, ConversionOptions, d
 from tfrecord_io.core.schema import Schema
 
 __all__ = [
-    "BeamFiles", "ConversionOptions", "ConversionResult", "METRICS_NAMESPACE", "build_pipeline", "main",
-    "run_conversion", "runner_that_ran",
+    "BeamFiles", "ConversionOptions", "ConversionResult", "JAVA_RUNNER_OPTIONS", "METRICS_NAMESPACE",
+    "build_pipeline", "pipeline_options", "run_conversion", "runner_that_ran",
 ]
 
 log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "tfrecord_io"
 _GROUP_FLUSH_ROWS = 65_536  # rows of whole groups buffered before one build (encode) call
+
+
+# ---------------------------------------------------------------------------------------
+# Pipeline options: Beam's own, by name, and nothing else
+# ---------------------------------------------------------------------------------------
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+# Options of Beam's Java runners (the Flink 1.19 and Spark 3 job servers of Beam 2.62, and Java's
+# PortablePipelineOptions) that Beam's Python parser does not define: Python passes them on to the
+# job server, which does (``--flink_conf_dir=...``).  Spelled as Python spells them (snake_case);
+# the getters of FlinkPipelineOptions, SparkPipelineOptions, SparkCommonPipelineOptions and
+# PortablePipelineOptions, as ``javap`` lists them from the jars ``flink-local fetch`` resolves.
+JAVA_RUNNER_OPTIONS = frozenset(_snake(n) for n in """
+    FlinkMaster Parallelism MaxParallelism CheckpointingInterval CheckpointingMode CheckpointTimeoutMillis
+    MinPauseBetweenCheckpoints NumConcurrentCheckpoints FailOnCheckpointingErrors FinishBundleBeforeCheckpointing
+    UnalignedCheckpointEnabled ForceUnalignedCheckpointEnabled ShutdownSourcesAfterIdleMs NumberOfExecutionRetries
+    JobCheckIntervalInSecs AttachedMode ExecutionRetryDelay ObjectReuse OperatorChaining StateBackendFactory
+    StateBackend StateBackendStoragePath DisableMetrics ExternalizedCheckpointsEnabled
+    RetainExternalizedCheckpointsOnCancellation MaxBundleSize MaxBundleTimeMills LatencyTrackingInterval
+    AutoWatermarkInterval ExecutionModeForBatch SavepointPath AllowNonRestoredState
+    AutoBalanceWriteFilesShardingEnabled ReportCheckpointDuration ReIterableGroupByKeyResult FasterCopy
+    FlinkConfDir FileInputSplitMaxSizeMB EnableStableInputDrain UseDataStreamForBatch
+    BatchIntervalMillis MinReadTimeMillis MaxRecordsPerBatch ReadTimePercentage CheckpointDurationMillis BundleSize
+    UsesProvidedSparkContext CacheDisabled SparkMaster CheckpointDir StorageLevel EnableSparkMetricSinks
+    JobEndpoint JobServerTimeout DefaultEnvironmentType DefaultEnvironmentConfig SdkWorkerParallelism
+    EnvironmentCacheMillis EnvironmentExpirationMillis LoadBalanceBundles OutputExecutablePath EnvironmentOptions
+    EnableHeapDumps""".split())
+
+
+def pipeline_options(args: Sequence[str]) -> PipelineOptions:
+    """Beam's pipeline options from ``args``; ValueError naming every argument that is none.
+
+    Beam itself only WARNs about an argument it does not know and runs without it, so a second
+    input file that the shell expanded from an unquoted glob (``--input data/*.csv``) would be
+    dropped: here it stops the run before anything starts.  Allowed: every option that Beam's
+    Python SDK defines, and :data:`JAVA_RUNNER_OPTIONS`, which it hands to a job server.
+    """
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - how Beam's own get_all_options builds it
+    for name in sorted(JAVA_RUNNER_OPTIONS):
+        if f"--{name}" not in parser._option_string_actions:  # noqa: SLF001
+            parser.add_argument(f"--{name}", nargs="?")
+    try:
+        _, unknown = parser.parse_known_args(list(args))
+    except SystemExit as e:  # a Beam option with a bad value: argparse has printed why
+        raise ValueError("a Beam pipeline option has a bad value (see above)") from e
+    if unknown:
+        files = [a for a in unknown if not a.startswith("-")]
+        hint = (f"; {', '.join(files)} looks like a file: a glob the shell expanded? quote it "
+                f"(--input 'data/*.csv') or join files with commas (--input a.csv,b.csv)" if files else "")
+        raise ValueError(f"unknown argument(s) {' '.join(unknown)}: neither an option of the conversion nor a "
+                         f"Beam pipeline option{hint}")
+    return PipelineOptions(list(args))
 
 
 # ---------------------------------------------------------------------------------------
@@ -851,14 +910,7 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
     return ConversionResult(conv.output, totals, runner, manifest, counters, requested, by_file)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tfrecord_io.engines.beam``: see :func:`tfrecord_io.commands.convert.beam_main`."""
-    from tfrecord_io.commands.convert import beam_main
-
-    return beam_main(argv)
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # the command line moved, and an engine does not import the CLI
     import sys
 
-    sys.exit(main())
+    sys.exit("tfrecord-io: error: run the Beam pipeline with `python -m tfrecord_io.beam` (the same options)")
