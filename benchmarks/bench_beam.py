@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from tfrecord_io.core.schema import Schema  # noqa: E402
+from tfrecord_io.engines.tfdata import parse_spec  # noqa: E402
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]
@@ -126,7 +127,7 @@ def parsed_columns(files: list[str]) -> dict[str, np.ndarray]:
     cols: dict[str, list] = {n: [] for n in NAMES}
     ds = tf.data.TFRecordDataset(files).batch(8192)
     for batch in ds:
-        parsed = tf.io.parse_example(batch, SCHEMA.parse_spec())
+        parsed = tf.io.parse_example(batch, parse_spec(SCHEMA))
         for n in NAMES:
             cols[n].append(parsed[n].numpy())
     return {n: np.sort(np.concatenate(v)) if v else np.array([]) for n, v in cols.items()}

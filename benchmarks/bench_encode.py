@@ -27,6 +27,7 @@ import pyarrow as pa  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 from tfrecord_io.core.framing import TFRecordWriter  # noqa: E402
 from tfrecord_io.core.schema import Schema  # noqa: E402
+from tfrecord_io.engines.tfdata import parse_spec
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]
@@ -78,7 +79,7 @@ def same_content(ours: str, baseline: str, n: int) -> bool:
     """The first n records of both files parse to the same values."""
     import tensorflow as tf
 
-    spec = SCHEMA.parse_spec()
+    spec = parse_spec(SCHEMA)
     a = next(iter(tf.data.TFRecordDataset(ours).batch(n).map(lambda x: tf.io.parse_example(x, spec))))
     b = next(iter(tf.data.TFRecordDataset(baseline).batch(n).map(lambda x: tf.io.parse_example(x, spec))))
     return all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in spec)

@@ -158,8 +158,9 @@ def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False) 
     import tensorflow as tf
 
     from tfrecord_io.commands.demo_train import taxi_schema
+    from tfrecord_io.engines.tfdata import parse_spec
 
-    spec = taxi_schema().parse_spec()
+    spec = parse_spec(taxi_schema())
     ds = (tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE if parallel_reads else None)
           .batch(batch_size)
           .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=tf.data.AUTOTUNE)

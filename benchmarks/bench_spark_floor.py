@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import types as T
 
     from tfrecord_io.engines import spark as job
-    from tfrecord_io.core.schema import Schema
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(tempfile.mkdtemp(prefix="bench-spark-floor-"))
@@ -49,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_spark.make_csv(csv, args.rows)
     schema_path = work / "schema.yaml"
     schema_path.write_text(bench_spark.schema_text())
-    schema = Schema.load(str(schema_path))
+    from tfrecord_io.storage.schema_io import load_schema
+
+    schema = load_schema(str(schema_path))
     spark = (SparkSession.builder.master("local[2]").appName("tfrecord-io floor")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

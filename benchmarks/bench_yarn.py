@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from tfrecord_io.clusters import hdfs_local  # noqa: E402
 from tfrecord_io.commands import pack_env  # noqa: E402
-from tfrecord_io.engines.spark import package_zip  # noqa: E402
+from tfrecord_io.spark import package_zip  # noqa: E402
 from tfrecord_io.storage import fs, output  # noqa: E402
 
 SCHEMA = """\

@@ -7,7 +7,7 @@
         [--allow-missing-columns] [--ignore-extra-columns] [--debug]
 
 Executors must be able to import tfrecord_io: ship it with ``--py-files`` (a zip of the package,
-e.g. from ``tfrecord_io.engines.spark.package_zip``, or a wheel) unless it is installed on the cluster.
+e.g. from ``tfrecord_io.spark.package_zip``, or a wheel) unless it is installed on the cluster.
 Exit status: 0 done, 1 failed, 2 bad arguments/schema/input/output, 3 too many rejects
 (``tfrecord_io.commands.convert``).
 """

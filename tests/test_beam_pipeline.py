@@ -17,75 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from helpers import (CORPUS, EXAMPLE_SCHEMA, FNAPI, REPO, SESSIONS_SCHEMA, TF_COMPRESSION, corpus_table,
+                     example_rows, output_records, rejects_of, session_lines, write_example_csv)
 from tfrecord_io.engines import beam as tbeam
 from tfrecord_io.storage import fs, output
-from tfrecord_io.core.framing import read_records
 from tfrecord_io.core.schema import Schema
+from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.storage.schema_io import load_schema
 
-REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # pipelines/ is a top-level package of the repository
 
 from pipelines import to_tfrecord  # noqa: E402
 
-FNAPI = ["--runner=FnApiRunner"]
-
-EXAMPLE_SCHEMA = Schema.from_dict({
-    "features": [
-        {"name": "id", "type": "int64", "required": True},
-        {"name": "fare", "type": "float", "default": 0.0},
-        {"name": "miles", "type": "float", "default": -1.0},
-        {"name": "city", "type": "string", "default": "?"},
-        {"name": "note", "type": "bytes", "default": ""},
-        {"name": "scores", "type": "float", "shape": [-1], "separator": "|"},
-        {"name": "dims", "type": "int64", "shape": [3], "separator": ";", "default": [0, 0, 0]},
-        {"name": "label", "type": "int64", "required": True},
-    ],
-    "label": "label",
-})
-SESSIONS_SCHEMA = Schema.load(str(REPO / "conf" / "sessions.yaml"))
-
 
 # ------------------------------------------------------------------------------- data
-def example_rows(n: int, seed: int = 0, bad_every: int = 0, newlines: bool = False) -> list[str]:
-    """CSV lines (no header) with quoting, nulls, embedded newlines when ``newlines`` (read those with
-    multiline); every ``bad_every``-th row bad."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        if bad_every and i % bad_every == bad_every - 1:
-            out.append(rng.choice([f"{i},notanumber,1,x,y,1,1;2;3,0",  # unparseable float
-                                   f"{i},1.5,2.5,x",                    # too few fields
-                                   f"{i},1.5,2.5,x,y,1|2,1;2,1",        # [3] list with 2 values
-                                   f",1.5,2.5,x,y,1|2,1;2;3,1"]))       # required id missing
-            continue
-        city = rng.choice(["Berlin", '"Paris, FR"', '"New\nYork"' if newlines else "Rome", '"say ""hi"""', ""])
-        scores = "|".join(f"{rng.uniform(-1, 1):.4f}" for _ in range(rng.randrange(0, 4)))
-        fare = "" if i % 17 == 0 else f"{rng.uniform(0, 100):.3f}"
-        out.append(f"{i},{fare},{rng.uniform(0, 30):.2f},{city},n{i},{scores},"
-                   f"{i};{i + 1};{i + 2},{i % 2}")
-    return out
-
-
-def write_csv(path: Path, lines: list[str], header: bool = True) -> Path:
-    head = "id,fare,miles,city,note,scores,dims,label\n" if header else ""
-    path.write_text(head + "".join(line + "\n" for line in lines))
-    return path
-
-
-def session_lines(n_sessions: int, seed: int = 0) -> list[str]:
-    """JSON Lines of click sessions, steps shuffled across the file."""
-    rng = random.Random(seed)
-    rows = []
-    for s in range(n_sessions):
-        country = rng.choice(["de", "fr", None])
-        for t in rng.sample(range(100), rng.randrange(1, 6)):
-            row = {"session_id": f"s{s:04d}", "ts": t, "item": f"i{rng.randrange(50)}",
-                   "price": round(rng.uniform(1, 9), 2), "tags": rng.sample(["a", "b", "c"], rng.randrange(0, 3))}
-            if country:
-                row["country"] = country
-            rows.append(json.dumps(row))
-    rng.shuffle(rows)
-    return rows
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -93,20 +38,10 @@ def run(tmp_path: Path, inp, fmt: str, schema: Schema | str, *, beam_args=(), **
     from apache_beam.options.pipeline_options import PipelineOptions
 
     if not isinstance(schema, Schema):
-        schema = Schema.load(schema)
+        schema = load_schema(schema)
     kw.setdefault("output", str(tmp_path / "out"))
     conv = tbeam.ConversionOptions(inputs=str(inp), input_format=fmt, schema=schema, **kw)
     return tbeam.run_conversion(conv, PipelineOptions(list(beam_args) or FNAPI))
-
-
-def records(out: str) -> collections.Counter:
-    """The multiset of serialized records of a committed output (files from its manifest)."""
-    manifest = output.read_manifest(out)
-    got = collections.Counter()
-    for f in manifest["files"]:
-        with fs.open(fs.join(out, f["path"]), "rb") as stream:
-            got.update(read_records(stream, compression=manifest["compression"]))
-    return got
 
 
 def parse_examples(out: str, schema: Schema) -> list[dict]:
@@ -114,7 +49,7 @@ def parse_examples(out: str, schema: Schema) -> list[dict]:
     import tensorflow as tf
 
     manifest = output.read_manifest(out)
-    comp = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[manifest["compression"]]
+    comp = TF_COMPRESSION[manifest["compression"]]
     rows = []
     for f in manifest["files"]:
         path = fs.join(out, f["path"])
@@ -127,7 +62,7 @@ def parse_examples(out: str, schema: Schema) -> list[dict]:
                 dst.write(src.read())
         ds = tf.data.TFRecordDataset(local, compression_type=comp).batch(512)
         for batch in ds:
-            parsed = tf.io.parse_example(batch, schema.parse_spec())
+            parsed = tf.io.parse_example(batch, parse_spec(schema))
             n = int(batch.shape[0])
             for i in range(n):
                 row = {}
@@ -136,14 +71,6 @@ def parse_examples(out: str, schema: Schema) -> list[dict]:
                     v = v.numpy() if not hasattr(v, "to_list") else v.to_list()
                     row[name] = v.tolist() if hasattr(v, "tolist") else v
                 rows.append(row)
-    return rows
-
-
-def rejects_of(out: str) -> list[dict]:
-    rows = []
-    for f in output.read_manifest(out)["rejects"]:
-        with fs.open(fs.join(out, f["path"]), "rb") as stream:
-            rows += [json.loads(line) for line in stream.read().decode().splitlines()]
     return rows
 
 
@@ -188,7 +115,7 @@ def expected_examples(lines: list[str]) -> dict[int, dict]:
 # ------------------------------------------------------------------------------- local
 def test_csv_to_examples_read_back_with_tensorflow(tmp_path):
     lines = example_rows(400, bad_every=23, newlines=True)
-    inp = write_csv(tmp_path / "in.csv", lines)
+    inp = write_example_csv(tmp_path / "in.csv", lines)
     result = run(tmp_path, inp, "csv", EXAMPLE_SCHEMA, max_reject_fraction=0.1, multiline=True)
     out = str(tmp_path / "out")
     manifest = assert_committed(out, result)
@@ -208,19 +135,19 @@ def test_csv_to_examples_read_back_with_tensorflow(tmp_path):
 
 
 def test_command_line_exit_codes_and_overwrite_refusal(tmp_path, caplog, capsys):
-    inp = write_csv(tmp_path / "in.csv", example_rows(50))
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(50))
     schema = tmp_path / "schema.yaml"
     schema.write_text(EXAMPLE_SCHEMA.to_yaml())
     out = tmp_path / "out"
     args = ["--input", str(inp), "--format", "csv", "--schema", str(schema), "--output", str(out), *FNAPI]
     assert to_tfrecord.main(args) == 0
-    first = records(str(out))
+    first = output_records(str(out))
     caplog.set_level(logging.INFO, logger="tfrecord_io")
     assert to_tfrecord.main(args) == 2  # refuses a non-empty output
     assert "exists and is not empty; pass --overwrite" in capsys.readouterr().err
-    assert records(str(out)) == first  # untouched
+    assert output_records(str(out)) == first  # untouched
     assert to_tfrecord.main([*args, "--overwrite", "--record-type", "example"]) == 0
-    assert records(str(out)) == first
+    assert output_records(str(out)) == first
     assert "done on FnApiRunner: 50 rows read, 50 records written to 1 file(s), 0 rows rejected" in caplog.text
     assert to_tfrecord.main([*args, "--overwrite", "--record-type", "sequence_example"]) == 2
     assert "does not match the schema" in capsys.readouterr().err
@@ -228,7 +155,7 @@ def test_command_line_exit_codes_and_overwrite_refusal(tmp_path, caplog, capsys)
 
 
 def test_too_many_rejects_fails_and_commits_nothing(tmp_path, capsys):
-    inp = write_csv(tmp_path / "in.csv", example_rows(100, bad_every=5))
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(100, bad_every=5))
     schema = tmp_path / "schema.yaml"
     schema.write_text(EXAMPLE_SCHEMA.to_yaml())
     out = tmp_path / "out"
@@ -246,7 +173,7 @@ def test_too_many_rejects_fails_and_commits_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_compression_and_fixed_shards_hold_the_same_records(tmp_path, compression):
-    inp = write_csv(tmp_path / "in.csv", example_rows(300, seed=3))
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(300, seed=3))
     plain = run(tmp_path, inp, "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "plain"))
     packed = run(tmp_path, inp, "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "packed"), num_shards=3,
                  compression=compression)
@@ -254,13 +181,13 @@ def test_compression_and_fixed_shards_hold_the_same_records(tmp_path, compressio
     ext = {"gzip": ".gz", "zlib": ".zlib"}[compression]
     assert [f["path"] for f in manifest["files"]] == [f"part-{i:05d}-of-00003.tfrecord{ext}" for i in range(3)]
     assert all(f["records"] > 50 for f in manifest["files"])  # rows are spread over the shards
-    assert records(str(tmp_path / "packed")) == records(str(tmp_path / "plain"))
+    assert output_records(str(tmp_path / "packed")) == output_records(str(tmp_path / "plain"))
     assert len(parse_examples(str(tmp_path / "packed"), EXAMPLE_SCHEMA)) == 300
     assert plain.totals.records == 300
 
 
 def test_more_shards_than_rows_writes_empty_shards(tmp_path):
-    inp = write_csv(tmp_path / "in.csv", example_rows(2))
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(2))
     result = run(tmp_path, inp, "csv", EXAMPLE_SCHEMA, num_shards=4)
     manifest = assert_committed(str(tmp_path / "out"), result)
     assert len(manifest["files"]) == 4 and sum(f["records"] for f in manifest["files"]) == 2
@@ -296,7 +223,7 @@ def test_sequence_examples_grouped_and_ordered(tmp_path):
 
     import tensorflow as tf
 
-    context_spec, sequence_spec = SESSIONS_SCHEMA.parse_spec()
+    context_spec, sequence_spec = parse_spec(SESSIONS_SCHEMA)
     seen = set()
     for f in manifest["files"]:
         for rec in tf.data.TFRecordDataset(str(Path(out) / f["path"]), compression_type="GZIP"):
@@ -326,7 +253,7 @@ def test_huge_groups_split_into_consecutive_records(tmp_path):
     assert (result.totals.records, result.totals.rejected, result.totals.rows_in_records) == (3 + 6, 0, 43)
     import tensorflow as tf
 
-    context_spec, sequence_spec = SESSIONS_SCHEMA.parse_spec()
+    context_spec, sequence_spec = parse_spec(SESSIONS_SCHEMA)
     pieces = []
     for f in manifest["files"]:
         for rec in tf.data.TFRecordDataset(str(Path(out) / f["path"])):
@@ -355,20 +282,20 @@ def test_multi_processing_workers_give_the_same_records(tmp_path):
     """Runner-agnostic: two worker processes (nothing shared with the driver but pickles)."""
     (tmp_path / "in").mkdir()
     for k in range(4):
-        write_csv(tmp_path / "in" / f"part-{k}.csv", example_rows(150, seed=k, bad_every=50))
+        write_example_csv(tmp_path / "in" / f"part-{k}.csv", example_rows(150, seed=k, bad_every=50))
     single = run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "one"), num_shards=2,
                  max_reject_fraction=0.05)
     multi = run(tmp_path, f"file://{tmp_path}/in/*.csv", "csv", EXAMPLE_SCHEMA,
                 output=f"file://{tmp_path}/two", num_shards=2, max_reject_fraction=0.05,
                 beam_args=[*FNAPI, "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     assert_committed(str(tmp_path / "two"), multi)
-    assert records(str(tmp_path / "two")) == records(str(tmp_path / "one"))
+    assert output_records(str(tmp_path / "two")) == output_records(str(tmp_path / "one"))
     assert multi.totals == single.totals and multi.totals.input_rows == 600 and multi.totals.rejected == 12
 
 
 def test_direct_runner_reports_the_runner_that_actually_ran(tmp_path):
     """Beam 2.77's DirectRunner tries Prism first; whatever ran is what we report."""
-    inp = write_csv(tmp_path / "in.csv", example_rows(20))
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(20))
     result = run(tmp_path, inp, "csv", EXAMPLE_SCHEMA, beam_args=["--runner=DirectRunner"])
     assert result.requested_runner == "DirectRunner"
     # Offline (as in CI) Prism cannot be downloaded and the FnApiRunner runs it.
@@ -381,7 +308,7 @@ def test_exactly_once_commit_takes_only_reported_attempts(tmp_path):
     out = str(tmp_path / "out")
     output.prepare_output(out, overwrite=False)
     conv = tbeam.ConversionOptions(inputs="unused", input_format="csv", schema=EXAMPLE_SCHEMA, output=out)
-    job = tbeam._Job(conv, EXAMPLE_SCHEMA, "run1", 1, tbeam.BeamFiles())
+    job = tbeam._Job(tbeam.Plan(conv, EXAMPLE_SCHEMA, None, (), 1), "run1")
     import pyarrow as pa
 
     recs = pa.array([b"a", b"b"], pa.binary())
@@ -389,14 +316,14 @@ def test_exactly_once_commit_takes_only_reported_attempts(tmp_path):
     output.write_shard([recs, recs], out, "beam-run1-loser", output.shard_name(0, 1), "none")  # a retry's leftovers
     report = [{"kind": "records", **output.written_file_dict(winner)}, {"kind": "input", "path": "x", "rows": 2}]
     result = tbeam._commit(job, report, "FnApiRunner", {})
-    assert result.ok and records(out) == collections.Counter({b"a": 1, b"b": 1})
+    assert result.ok and output_records(out) == collections.Counter({b"a": 1, b"b": 1})
     assert sorted(os.listdir(out)) == ["_SUCCESS", "_manifest.json", "part-00000-of-00001.tfrecord"]
 
 
 # ------------------------------------------------------------------------------- HDFS
-def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeypatch):
-    """Input read and shards written by Beam's HadoopFileSystem (WebHDFS) in two worker processes;
-    listing and commit by tfrecord_io.storage.fs (hdfs-native)."""
+def test_hdfs_in_and_out_in_two_worker_processes(hdfs, tmp_path, monkeypatch):
+    """Input read and shards written in two worker processes, listing and commit on the driver, all
+    through tfrecord_io.storage.fs (hdfs-native); ``--hdfs_user`` is the HDFS user there and here."""
     monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
     base = hdfs.uri(f"/beam-test/{tmp_path.name}")
     lines = example_rows(200, seed=7, bad_every=40)
@@ -405,8 +332,7 @@ def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeyp
             f.write(("id,fare,miles,city,note,scores,dims,label\n" + "".join(x + "\n" for x in chunk)).encode())
     with fs.open(f"{base}/schema.yaml", "wb") as f:
         f.write(EXAMPLE_SCHEMA.to_yaml().encode())
-    host, port = hdfs.webhdfs_url.rsplit("/", 1)[-1].split(":")
-    hdfs_args = [f"--hdfs_host={host}", f"--hdfs_port={port}", f"--hdfs_user={hdfs.user}"]
+    hdfs_args = [f"--hdfs_user={hdfs.user}"]
     out = f"{base}/out"
     rc = to_tfrecord.main(["--input", f"{base}/in", "--format", "csv", "--schema", f"{base}/schema.yaml",
                            "--output", out, "--num-shards", "2", "--compression", "gzip",
@@ -426,11 +352,11 @@ def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeyp
     # The same input converted locally gives the same records.
     local = tmp_path / "in"
     local.mkdir()
-    write_csv(local / "part-0.csv", lines[:120])
-    write_csv(local / "part-1.csv", lines[120:])
+    write_example_csv(local / "part-0.csv", lines[:120])
+    write_example_csv(local / "part-1.csv", lines[120:])
     run(tmp_path, local, "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "local"), compression="gzip",
         max_reject_fraction=0.05)
-    assert records(out) == records(str(tmp_path / "local"))
+    assert output_records(out) == output_records(str(tmp_path / "local"))
 
     # Sequence examples on HDFS, in-process, WebHDFS settings from HADOOP_CONF_DIR.
     with fs.open(f"{base}/sessions.jsonl", "wb") as f:
@@ -442,18 +368,7 @@ def test_hdfs_in_and_out_through_beams_hadoop_filesystem(hdfs, tmp_path, monkeyp
 
 
 # ------------------------------------------------------------------------------- shared with Spark
-BAD_CORPUS = REPO / "tests" / "data" / "bad_corpus"
 SEQ_CSV_SCHEMA = (Path(__file__).resolve().parent / "data" / "seq_users.yaml").read_text()  # shared with test_spark_job.py
-
-
-def corpus_table(section: str) -> dict[str, dict]:
-    """The expected counts table of one section of tests/data/bad_corpus/README.md (shared with Spark)."""
-    text = (BAD_CORPUS / "README.md").read_text()
-    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    rows = [ln for ln in body.splitlines() if ln.startswith("|")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
-    return {cells[0].strip("`*"): dict(zip(header, cells))
-            for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in rows[2:])}
 
 
 @pytest.mark.parametrize("fmt,multiline", [("csv", False), ("csv", True), ("json", False)])
@@ -462,7 +377,7 @@ def test_bad_corpus_every_row_accounted(tmp_path, fmt, multiline):
     table = corpus_table("CSV" if fmt == "csv" else "JSON Lines")
     suffix = " (multiline)" if multiline else ""
     pattern = "*.csv" if fmt == "csv" else "*.jsonl"
-    result = run(tmp_path, f"{BAD_CORPUS}/{pattern}", fmt, str(BAD_CORPUS / "schema.yaml"), num_shards=2,
+    result = run(tmp_path, f"{CORPUS}/{pattern}", fmt, str(CORPUS / "schema.yaml"), num_shards=2,
                  max_reject_fraction=1.0, multiline=multiline)
     out = str(tmp_path / "out")
     manifest = assert_committed(out, result)
@@ -481,10 +396,9 @@ def test_bad_corpus_every_row_accounted(tmp_path, fmt, multiline):
         if not multiline:
             lines = sorted(r["line"] for r in rejects if r["source"].endswith("/" + name))
             assert lines == [int(x) for x in row["lines"].split(",") if x], name
-    assert len(parse_examples(out, Schema.load(str(BAD_CORPUS / "schema.yaml")))) == manifest["totals"]["records"]
+    assert len(parse_examples(out, load_schema(str(CORPUS / "schema.yaml")))) == manifest["totals"]["records"]
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize("record_type", ["example", "example-multiline", "sequence_example",
                                          "sequence_example-csv"])
 def test_same_records_as_the_spark_job(spark, tmp_path, record_type):
@@ -496,8 +410,8 @@ def test_same_records_as_the_spark_job(spark, tmp_path, record_type):
         multiline = record_type.endswith("multiline")
         lines = example_rows(300, seed=11, bad_every=30, newlines=multiline)
         lines[7] = '7,1.5,2.5,"an ""open quote,y,1|2,1;2;3,0'  # unbalanced: one line, or up to the next quote
-        write_csv(tmp_path / "in" / "a.csv", lines[:150])
-        write_csv(tmp_path / "in" / "b.csv", lines[150:])
+        write_example_csv(tmp_path / "in" / "a.csv", lines[:150])
+        write_example_csv(tmp_path / "in" / "b.csv", lines[150:])
         schema, fmt, kw = EXAMPLE_SCHEMA, "csv", {"multiline": multiline}
     elif record_type.endswith("csv"):
         schema = Schema.from_yaml(SEQ_CSV_SCHEMA)
@@ -525,7 +439,7 @@ def test_same_records_as_the_spark_job(spark, tmp_path, record_type):
                max_reject_fraction=0.5, **kw)
     assert beam.manifest["totals"] == spark_manifest["totals"]
     assert spark_manifest["totals"]["rejected"] > 0
-    assert records(str(tmp_path / "beam")) == records(str(tmp_path / "spark"))
+    assert output_records(str(tmp_path / "beam")) == output_records(str(tmp_path / "spark"))
 
 
 def test_gzipped_input_and_file_level_errors_name_the_file(tmp_path, capsys):

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from conftest import tfrecord_io_cli
+from helpers import tfrecord_io_cli
+from tfrecord_io.core.schema import Schema
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,35 @@ CASES = [
 ]
 
 
+def _converted(d, proc) -> None:
+    manifest = json.loads((d / "o1" / "_manifest.json").read_text())
+    assert (d / "o1" / "_SUCCESS").exists() and manifest["totals"] == {"input_rows": 20, "records": 20, "rejected": 0}
+    done = json.loads([ln for ln in proc.stdout.splitlines() if '"tfrecord-io-done"' in ln][-1])
+    assert done["totals"] == manifest["totals"] and "wrote 20 example records" in proc.stderr
+
+
+def _inferred(d, proc) -> None:
+    schema = Schema.from_yaml(proc.stdout)
+    assert [(f.name, f.type) for f in schema.features] == [("id", "int64"), ("x", "float")]
+
+
+def _inspected(d, proc) -> None:
+    assert "records:     20 (from the manifest)" in proc.stdout and "schema (from the manifest)" in proc.stdout
+
+
+def _verified(d, proc) -> None:
+    assert proc.stdout.rstrip().endswith("OK: all checks hold"), proc.stdout
+
+
+def _described(d, proc) -> None:
+    assert any((d / "logs1").rglob("events.out.tfevents.*")), "no TensorBoard summaries written"
+    assert "id" in proc.stdout and "x" in proc.stdout
+
+
+DONE = {"convert: done": _converted, "infer-schema: done": _inferred, "inspect: done": _inspected,
+        "verify: done": _verified, "stats: done": _described}  # what "done" means, row by row
+
+
 @pytest.mark.parametrize("name,args,code,names", CASES, ids=[c[0] for c in CASES])
 def test_every_command_keeps_the_contract(made, name, args, code, names):
     proc = tfrecord_io_cli(*args(made), check=False)
@@ -79,3 +109,9 @@ def test_every_command_keeps_the_contract(made, name, args, code, names):
     if code and names:
         errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
         assert len(errors) == 1 and names in errors[0], proc.stderr[-3000:]
+    if code == 0:
+        DONE[name](made, proc)
+
+
+def test_every_done_row_says_what_done_means():
+    assert {c[0] for c in CASES if c[2] == 0} == set(DONE)

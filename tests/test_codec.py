@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.engines.tfdata import parse_spec
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -114,7 +115,7 @@ def test_encode_file_parse(case, tmp_path):
     with tf.io.TFRecordWriter(path) as w:
         for r in records.to_pylist():
             w.write(r)
-    got = [to_py(tf.io.parse_example(batch, schema.parse_spec())["x"])
+    got = [to_py(tf.io.parse_example(batch, parse_spec(schema))["x"])
            for batch in tf.data.TFRecordDataset(path).batch(100)]
     got = [v for b in got for v in b]
     assert same(got, expected), (got, expected)
@@ -260,7 +261,7 @@ def test_sequence_examples_parse():
         {"session": "s3", "user": 3, "ts": [], "price": [], "words": []},
     ]
     records = encode_sequence_examples(seq_batch(groups), SEQ).to_pylist()
-    ctx_spec, seq_spec = SEQ.parse_spec()
+    ctx_spec, seq_spec = parse_spec(SEQ)
     ctx, seq, lengths = tf.io.parse_sequence_example(records, context_features=ctx_spec, sequence_features=seq_spec)
     assert ctx["session"].numpy().tolist() == [b"s1", b"s2", b"s3"]
     assert ctx["user"].numpy().tolist() == [7, -1, 3]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import convert, tfrecord_io_cli
+from helpers import convert, tfrecord_io_cli
 from tfrecord_io.conversion import columns
 from tfrecord_io.core.schema import Schema, SchemaError
 
@@ -101,6 +101,6 @@ def test_cli_exits_2_with_one_line_and_no_engine_output(cli_engine, tmp_path):
     args += ["--engine-arg=--runner=FnApiRunner"] if cli_engine == "beam" else ["--master", "local[1]"]
     proc = tfrecord_io_cli(*args, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("tfrecord-io: error:")]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("tfrecord-io convert: error:")]
     assert len(errors) == 1 and "did you mean 'dep_delay'" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

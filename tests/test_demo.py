@@ -1,17 +1,12 @@
 """`make demo` runs `tfrecord-io demo`: the whole path on sample data, as a user sees it."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 from tfrecord_io.commands.demo import BAD_ROWS
 
 
-def test_demo_end_to_end(tmp_path):
-    exe = Path(sys.executable).parent / "tfrecord-io"
-    proc = subprocess.run([str(exe), "demo", "--rows", "3000", "--epochs", "1", "--workdir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+def test_demo_end_to_end(spark_cli, tmp_path):
+    proc = spark_cli("demo", "--rows", "3000", "--epochs", "1", "--workdir", str(tmp_path), check=False)
     out = proc.stdout
     assert proc.returncode == 0, f"demo failed:\n{out[-3000:]}\n{proc.stderr[-5000:]}"
     m = re.search(r"([\d,]+) input rows -> ([\d,]+) records \+ ([\d,]+) rejected", out)

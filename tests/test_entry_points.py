@@ -7,13 +7,14 @@ converted half the data with exit 0.  No entry point may let an argument it does
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, VENV_BIN, spark_conf_args
+from helpers import REPO, VENV_BIN, spark_conf_args
 
 SCHEMA = "features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\nlabel: id\n"
 
@@ -44,11 +45,13 @@ def data(tmp_path_factory):
 def _shell(line: str, cwd) -> subprocess.CompletedProcess:
     """``line`` run by bash, which expands its globs as a user's shell would."""
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(cwd),
-           "PYSPARK_PYTHON": sys.executable, "TF_CPP_MIN_LOG_LEVEL": "3"}
+           "PYSPARK_PYTHON": sys.executable, "TF_CPP_MIN_LOG_LEVEL": "3",
+           **{k: os.environ[k] for k in ("SPARK_HOME",) if k in os.environ}}  # conftest's guard holds
     return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
-@pytest.mark.parametrize("entry", list(ENTRY_POINTS), ids=list(ENTRY_POINTS))
+@pytest.mark.parametrize("entry", [pytest.param(e, marks=pytest.mark.spark) if "spark" in e else e
+                                   for e in ENTRY_POINTS], ids=list(ENTRY_POINTS))
 def test_an_unquoted_glob_fails_before_anything_runs(data, entry):
     out = data / f"out-{abs(hash(entry))}"
     line = (" ".join(shlex.quote(a) for a in ENTRY_POINTS[entry]) +

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import os
 import subprocess
 import sys
@@ -24,9 +25,10 @@ import pytest
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.engines import beam as tbeam
 from tfrecord_io.storage import fs, output
+from tfrecord_io.testing.faults import FirstAttempt
 
-from test_beam_pipeline import (  # noqa: E402 - helpers shared with the FnApiRunner tests
-    EXAMPLE_SCHEMA, SESSIONS_SCHEMA, example_rows, records, rejects_of, session_lines, write_csv)
+from helpers import (EXAMPLE_SCHEMA, SESSIONS_SCHEMA, example_rows, output_records, rejects_of, session_lines,
+                     write_example_csv)
 
 # The LOOPBACK workers are threads of this process; when Flink closes a task's connections (at the
 # end of each task, and on a restart) their gRPC readers end with CANCELLED, which Beam leaves
@@ -87,8 +89,8 @@ def assert_same_output(got: str, want: str, inputs: tuple[str, str] = ("", "")) 
     assert a["schema"] == b["schema"] and a["compression"] == b["compression"]
     assert sorted(f["path"] for f in a["files"]) == sorted(f["path"] for f in b["files"])
     assert sum(f["records"] for f in a["files"]) == a["totals"]["records"]
-    got_records = records(got)
-    assert got_records == records(want)
+    got_records = output_records(got)
+    assert got_records == output_records(want)
     assert sum(got_records.values()) == a["totals"]["records"]
     assert reject_set(got, inputs[0]) == reject_set(want, inputs[1])
     assert sum(reject_set(got).values()) == a["totals"]["rejected"]
@@ -112,23 +114,25 @@ def tree(out: str) -> set[str]:
     return found
 
 
-def fnapi(inp: str, fmt: str, schema: Schema, out: str, **kw) -> tbeam.ConversionResult:
+def fnapi(inp: str, fmt: str, schema: Schema, out: str, faults=None, **kw) -> tbeam.ConversionResult:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, **kw)
-    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
+    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]), faults=faults)
     assert result.runner == "FnApiRunner", result.runner
     return result
 
 
-def on_flink(flink, inp: str, fmt: str, schema: Schema, out: str, beam_args=(), environment="LOOPBACK", **kw):
+def on_flink(flink, inp: str, fmt: str, schema: Schema, out: str, beam_args=(), environment="LOOPBACK", faults=None,
+             **kw):
     """Run in this process on Flink; returns (result, the job server's job)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     job_name = f"tfrecord-io-test-{uuid.uuid4().hex[:10]}"
     before = job_ids(flink)
     conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, **kw)
-    result = tbeam.run_conversion(conv, PipelineOptions([*flink_args(flink, job_name, environment), *beam_args]))
+    result = tbeam.run_conversion(conv, PipelineOptions([*flink_args(flink, job_name, environment), *beam_args]),
+                                  faults=faults)
     assert result.requested_runner == "PortableRunner" and result.runner.startswith("PortableRunner"), result.runner
     return result, assert_ran_on_flink(flink, job_name, before, environment)
 
@@ -141,8 +145,8 @@ def test_local_csv_on_flink_equals_fnapi_runner(flink, tmp_path, record_type):
     inp.mkdir()
     if record_type == "example":
         lines = example_rows(3000, seed=11, bad_every=97)
-        write_csv(inp / "a.csv", lines[:1800])
-        write_csv(inp / "b.csv", lines[1800:])
+        write_example_csv(inp / "a.csv", lines[:1800])
+        write_example_csv(inp / "b.csv", lines[1800:])
         schema, fmt, extra = EXAMPLE_SCHEMA, "csv", ["--num-shards", "3", "--compression", "gzip"]
     else:
         rows = session_lines(300, seed=5)
@@ -161,7 +165,6 @@ def test_local_csv_on_flink_equals_fnapi_runner(flink, tmp_path, record_type):
     job_name = f"tfrecord-io-cli-{uuid.uuid4().hex[:10]}"
     before = job_ids(flink)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT", None)
     proc = subprocess.run(
         [sys.executable, "-m", "tfrecord_io.beam", "--input", str(inp), "--format", fmt,
          "--schema", str(schema_path), "--output", got, "--max-reject-fraction", "0.5", *extra,
@@ -182,18 +185,17 @@ def test_local_csv_on_flink_equals_fnapi_runner(flink, tmp_path, record_type):
 # ------------------------------------------------------------------------------- (b) HDFS
 def test_hdfs_in_and_out_through_flink_workers(flink, hdfs, tmp_path, monkeypatch):
     """Input read and shards, rejects and the report written by the Flink job's workers through
-    Beam's HadoopFileSystem (WebHDFS); the same records as FnApiRunner on local copies."""
+    tfrecord_io.storage.fs (hdfs-native); the same records as FnApiRunner on local copies."""
     monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
     base = hdfs.uri(f"/flink-test/{tmp_path.name}")
     lines = example_rows(1200, seed=13, bad_every=50)
     local = tmp_path / "in"
     local.mkdir()
     for k, chunk in enumerate((lines[:700], lines[700:])):
-        write_csv(local / f"part-{k}.csv", chunk)
+        write_example_csv(local / f"part-{k}.csv", chunk)
         with fs.open(f"{base}/in/part-{k}.csv", "wb") as f:
             f.write((local / f"part-{k}.csv").read_bytes())
-    host, port = hdfs.webhdfs_url.rsplit("/", 1)[-1].split(":")
-    hdfs_args = [f"--hdfs_host={host}", f"--hdfs_port={port}", f"--hdfs_user={hdfs.user}"]
+    hdfs_args = [f"--hdfs_user={hdfs.user}"]
     out = f"{base}/out"
     result, _ = on_flink(flink, f"{base}/in", "csv", EXAMPLE_SCHEMA, out, beam_args=hdfs_args,
                          num_shards=2, compression="gzip", max_reject_fraction=0.1)
@@ -206,31 +208,32 @@ def test_hdfs_in_and_out_through_flink_workers(flink, hdfs, tmp_path, monkeypatc
 
 
 # ------------------------------------------------------------------------------- (c) a failed attempt
-def test_worker_failure_mid_write_is_retried_and_output_stays_exactly_once(flink, tmp_path, monkeypatch):
-    """Shard 1's first write attempt fails after its first batch went to the file (the switch in
-    engines/beam.py; a LOOPBACK worker is a thread of this process, so it raises rather than
-    exits); Flink restarts the job's failed region from its conf dir's restart strategy, and the
+def test_worker_failure_mid_write_is_retried_and_output_stays_exactly_once(flink, tmp_path):
+    """Shard 1's first write attempt fails after its first batch went to the file
+    (tfrecord_io.testing.faults; a LOOPBACK worker is a thread of this process, so it raises
+    rather than exits); Flink restarts the job's failed region from its conf dir's restart strategy, and the
     committed output is exactly FnApiRunner's: the partial file of the failed attempt is gone."""
     lines = example_rows(2000, seed=17, bad_every=61)
     inp = tmp_path / "in.csv"
-    write_csv(inp, lines)
+    write_example_csv(inp, lines)
     want = str(tmp_path / "fnapi")
     fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=3, max_reject_fraction=0.1)
 
-    monkeypatch.setenv(tbeam.FAIL_FIRST_ATTEMPT_ENV, "1")
     got = str(tmp_path / "flink")
-    result, job = on_flink(flink, str(inp), "csv", EXAMPLE_SCHEMA, got, num_shards=3, max_reject_fraction=0.1)
+    result, job = on_flink(flink, str(inp), "csv", EXAMPLE_SCHEMA, got, num_shards=3, max_reject_fraction=0.1,
+                           faults=FirstAttempt("die", {1}))
     log = flink.log_path.read_text(errors="replace")
     name = job["options"]["job_name"]
     restarts = [ln for ln in log.splitlines() if f"Job {name} (" in ln and "RUNNING to RESTARTING" in ln]
     assert len(restarts) == 1, f"expected one restart of {name}, the job server logged: {restarts}"
-    assert any("TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT: first attempt of shard 1 failed mid-write" in ln
+    assert any(re.search(r"fault injection: killing task attempt \S+ mid-write \(shard 1,", ln)
                for ln in log.splitlines()), "the failure was not the injected one"
     assert_same_output(got, want)
     assert result.totals.records == 2000 - 2000 // 61
-    # The same switch on a runner that does not retry fails the conversion and commits nothing.
-    with pytest.raises(Exception, match="first attempt of shard 1 failed mid-write"):
-        fnapi(str(inp), "csv", EXAMPLE_SCHEMA, str(tmp_path / "fnapi-fails"), num_shards=3, max_reject_fraction=0.1)
+    # The same fault on a runner that does not retry fails the conversion and commits nothing.
+    with pytest.raises(Exception, match=r"killing task attempt \S+ mid-write \(shard 1,"):
+        fnapi(str(inp), "csv", EXAMPLE_SCHEMA, str(tmp_path / "fnapi-fails"), num_shards=3, max_reject_fraction=0.1,
+              faults=FirstAttempt("die", {1}))
     assert not (tmp_path / "fnapi-fails" / output.SUCCESS).exists()
 
 
@@ -273,26 +276,25 @@ def worker_pool(tmp_path):
         log.close()
 
 
-def test_worker_process_crash_mid_write_is_retried_and_output_stays_exactly_once(flink, worker_pool, tmp_path,
-                                                                                 monkeypatch):
+def test_worker_process_crash_mid_write_is_retried_and_output_stays_exactly_once(flink, worker_pool, tmp_path):
     """The same on SDK workers in their own processes (EXTERNAL environment): the worker writing
     shard 0 dies (``os._exit``) after its first batch; Flink restarts the failed region on a
     fresh worker process and the committed output is exactly FnApiRunner's."""
     endpoint, pool_log = worker_pool
     lines = example_rows(1500, seed=19, bad_every=53)
     inp = tmp_path / "in.csv"
-    write_csv(inp, lines)
+    write_example_csv(inp, lines)
     want = str(tmp_path / "fnapi")
     fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=2, max_reject_fraction=0.1)
 
-    monkeypatch.setenv(tbeam.FAIL_FIRST_ATTEMPT_ENV, "0")
     got = str(tmp_path / "flink")
     result, job = on_flink(flink, str(inp), "csv", EXAMPLE_SCHEMA, got, beam_args=[f"--environment_config={endpoint}"],
-                           environment="EXTERNAL", num_shards=2, max_reject_fraction=0.1)
+                           environment="EXTERNAL", num_shards=2, max_reject_fraction=0.1,
+                           faults=FirstAttempt("die", {0}))
     died = [ln for ln in pool_log.read_text(errors="replace").splitlines()
-            if "failing the first attempt of shard 0 mid-write (pid" in ln]
+            if re.search(r"killing task attempt \S+ mid-write \(shard 0, python pid", ln)]
     assert len(died) == 1, pool_log.read_text(errors="replace")[-3000:]
-    assert f"(pid {os.getpid()})" not in died[0]  # a worker process died, not this one
+    assert f"python pid {os.getpid()})" not in died[0]  # a worker process died, not this one
     name = job["options"]["job_name"]
     log = flink.log_path.read_text(errors="replace")
     assert len([ln for ln in log.splitlines() if f"Job {name} (" in ln and "RUNNING to RESTARTING" in ln]) == 1
@@ -312,7 +314,7 @@ def test_flink_runner_starts_the_job_server_from_the_manifest_jar(flink, tmp_pat
 
     lines = example_rows(600, seed=23, bad_every=31)
     inp = tmp_path / "in.csv"
-    write_csv(inp, lines)
+    write_example_csv(inp, lines)
     want = str(tmp_path / "fnapi")
     fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=2, max_reject_fraction=0.1)
     got = str(tmp_path / "flink")
@@ -337,8 +339,8 @@ def test_local_csv_on_beams_spark_runner_equals_fnapi_runner(beam_spark, tmp_pat
     lines = example_rows(2500, seed=29, bad_every=71)
     inp = tmp_path / "in"
     inp.mkdir()
-    write_csv(inp / "a.csv", lines[:1000])
-    write_csv(inp / "b.csv", lines[1000:])
+    write_example_csv(inp / "a.csv", lines[:1000])
+    write_example_csv(inp / "b.csv", lines[1000:])
     want = str(tmp_path / "fnapi")
     fnapi(str(inp), "csv", EXAMPLE_SCHEMA, want, num_shards=3, compression="gzip", max_reject_fraction=0.1)
     got = str(tmp_path / "spark")

@@ -33,6 +33,7 @@ from tfrecord_io.core.framing import (
     normalize_compression,
     read_records,
 )
+from helpers import TF_COMPRESSION
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 _spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_DIR / "make_golden.py")
@@ -45,7 +46,6 @@ GOLDEN = {  # our compression name -> (golden file, TF compression_type)
     "gzip": (GOLDEN_DIR / "records.tfrecord.gz", "GZIP"),
     "zlib": (GOLDEN_DIR / "records.tfrecord.zlib", "ZLIB"),
 }
-TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 
 # --------------------------------------------------------------------------

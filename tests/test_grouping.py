@@ -13,8 +13,9 @@ import pytest
 from tfrecord_io.conversion import grouping, parsing
 from tfrecord_io.core.decode import decode_record
 from tfrecord_io.core.schema import Schema
+from tfrecord_io.storage.schema_io import load_schema
 
-SCHEMA = Schema.load(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
+SCHEMA = load_schema(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
 NAMES = [f.name for f in SCHEMA.input_features]
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import hostile_corpus
-from conftest import convert, tfrecord_io_cli
+from helpers import convert, tfrecord_io_cli
 from tfrecord_io.storage import fs, output
 
 CASES = hostile_corpus.all_cases()

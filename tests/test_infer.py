@@ -70,7 +70,6 @@ def test_cli(tmp_path):
     assert "infer-schema" in helptext and "hdfs-local" in helptext
 
 
-@pytest.mark.hdfs
 def test_hdfs_input(hdfs, tmp_path):
     from tfrecord_io.storage import fs
 
@@ -160,7 +159,7 @@ def test_inferred_schema_converts_its_own_data_with_zero_rejects_on_spark(spark,
 
 
 def _infer_then_convert(engine, session, tmp_path, table, fmt):
-    from conftest import convert
+    from helpers import convert
 
     names, kinds, rows = table
     data = tmp_path / f"in.{'csv' if fmt == 'csv' else 'jsonl'}"

@@ -19,19 +19,19 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import tfrecord_io_cli
+from helpers import TF_COMPRESSION, tfrecord_io_cli
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
 from tfrecord_io.core.framing import iter_records
-from tfrecord_io.commands.inspect import inspect_source, resolve_source
+from tfrecord_io.commands.inspect import inspect_source
+from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.storage.sources import sniff_compression
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.commands.verify import verify_source
 
 EXE = Path(sys.executable).parent / "tfrecord-io"
 GOLDEN = Path(__file__).resolve().parent / "golden"
-TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 SCHEMA = Schema.from_dict({"features": [
     {"name": "fare", "type": "float", "default": 0.0},

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-
-pytestmark = pytest.mark.spark
+from helpers import REPO
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +88,8 @@ def test_the_converters_work_without_tensorflow(slim, tmp_path):
          "--engine-arg=--runner=FnApiRunner", cwd=tmp_path)
     script = tmp_path / "df.py"
     script.write_text(
-        "import sys\nfrom pyspark.sql import SparkSession\nfrom tfrecord_io.engines import spark_datasource\n"
-        "s = SparkSession.builder.master('local[1]').getOrCreate()\nspark_datasource.register(s)\n"
+        "import sys\nfrom pyspark.sql import SparkSession\nimport tfrecord_io.spark\n"
+        "s = SparkSession.builder.master('local[1]').getOrCreate()\ntfrecord_io.spark.register(s)\n"
         f"s.range(25).write.format('tfrecord').mode('append').save({str(tmp_path / 'df')!r})\n"
         f"print(sorted(r['id'] for r in s.read.format('tfrecord').load({str(tmp_path / 'df')!r}).collect()))\n")
     out = _run(slim, py, str(script), cwd=tmp_path)

@@ -72,7 +72,7 @@ def test_a_string_label_is_a_class_and_list_features_are_named(tmp_path):
 
 
 def test_stats_from_tfrecord_io_stats_replace_the_sample_pass(tmp_path):
-    from tfrecord_io.commands.inspect import resolve_source
+    from tfrecord_io.commands.reading import resolve_source
     from tfrecord_io.commands.stats import compute_stats, stats_to_dict
 
     out = str(tmp_path / "penguins")

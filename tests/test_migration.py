@@ -155,9 +155,14 @@ def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray], what: str) -
 # ---------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------
-def test_tf1_graph_mode_still_runs_on_tf2():
-    assert tf.__version__.startswith("2.")
-    assert tf.executing_eagerly(), "graph mode is confined to the tf.Graph above; eager stays on"
+def test_tf1_graph_mode_still_runs_on_tf2(tmp_path):
+    """The queue-runner code users migrate from runs as it is on TF 2.21 (in a tf.Graph, through
+    tf.compat.v1): the reference the other tests compare against is real, and eager stays on."""
+    files = write_csv(tmp_path / "csv", files=2, rows_per_file=5)
+    batches = tf1_queue_runner_batches(files, 4)
+    assert [len(b["fare"]) for b in batches] == [4, 4, 2]  # allow_smaller_final_batch, num_epochs=1
+    assert set(batches[0]) == set(COLUMNS)
+    assert tf.__version__.startswith("2.") and tf.executing_eagerly()
 
 
 def test_queue_runner_and_tfdata_yield_identical_values(tmp_path, hdfs):

@@ -5,6 +5,8 @@ import pytest
 import tensorflow as tf
 
 from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.storage.schema_io import load_schema
 
 TAXI = """
 record_type: example
@@ -44,9 +46,9 @@ def test_round_trip_through_yaml():
 def test_load_from_file(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(SESSIONS)
-    s = Schema.load(str(p))
+    s = load_schema(str(p))
     assert s.record_type == "sequence_example" and s.group_by == "session_id"
-    assert Schema.load("file://" + str(p)) == s
+    assert load_schema("file://" + str(p)) == s
 
 
 @pytest.mark.parametrize("text, message", [
@@ -76,7 +78,7 @@ def test_validation_errors_name_the_problem(text, message):
 
 def test_missing_schema_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
-        Schema.load(str(tmp_path / "nope.yaml"))
+        load_schema(str(tmp_path / "nope.yaml"))
 
 
 def test_arrow_schema():
@@ -88,19 +90,8 @@ def test_arrow_schema():
     assert a.field("raw").type == pa.binary()
 
 
-def test_spark_schema_csv_vs_json():
-    from pyspark.sql import types as T
-
-    s = Schema.from_yaml(TAXI)
-    csv = {f.name: f.dataType for f in s.spark_schema("csv").fields}
-    js = {f.name: f.dataType for f in s.spark_schema("json").fields}
-    assert csv["tags"] == T.StringType() and js["tags"] == T.ArrayType(T.StringType(), True)
-    assert csv["trips"] == T.LongType() and csv["fare"] == T.FloatType()
-    assert js["raw"] == T.BinaryType() and csv["raw"] == T.StringType()
-
-
 def test_parse_spec_example():
-    spec = Schema.from_yaml(TAXI).parse_spec()
+    spec = parse_spec(Schema.from_yaml(TAXI))
     assert spec["fare"] == tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
     assert spec["trips"] == tf.io.FixedLenFeature([], tf.int64)
     assert spec["emb"] == tf.io.FixedLenFeature([3], tf.float32, default_value=[0.0, 0.0, 0.0])
@@ -108,7 +99,7 @@ def test_parse_spec_example():
 
 
 def test_parse_spec_sequence_example():
-    ctx, seq = Schema.from_yaml(SESSIONS).parse_spec()
+    ctx, seq = parse_spec(Schema.from_yaml(SESSIONS))
     assert ctx["country"] == tf.io.FixedLenFeature([], tf.string, default_value="?")
     assert seq["ts"] == tf.io.FixedLenSequenceFeature([], tf.int64, allow_missing=True)
     assert seq["scores"] == tf.io.RaggedFeature(tf.float32, row_splits_dtype=tf.int64)
@@ -122,7 +113,7 @@ def test_group_by_is_needed_only_to_group_rows(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("record_type: sequence_example\ncontext: [{name: g, type: string}]\n"
                     "sequence: [{name: a, type: float}]\n")
-    schema = Schema.load(str(path))
+    schema = load_schema(str(path))
     assert schema.group_by is None and [f.name for f in schema.sequence] == ["a"]
     opts = ConversionOptions(inputs=("in.csv",), input_format="csv", schema=str(path), output=str(tmp_path / "out"))
     with pytest.raises(SchemaError, match="needs 'group_by' to convert csv rows"):

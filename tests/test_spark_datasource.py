@@ -10,17 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import spark_submit
 from tfrecord_io.storage import output
-from tfrecord_io.engines import spark_datasource
+import tfrecord_io.spark
 from tfrecord_io.engines.tfdata import make_dataset
-
-pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def tfspark(spark):
-    spark_datasource.register(spark)
+    tfrecord_io.spark.register(spark)
     return spark
 
 
@@ -136,20 +133,20 @@ def test_rows_that_break_the_schema_are_rejects_not_failures(tfspark, tmp_path):
     assert reject["reason"] == "feature 'x': required, got null" and json.loads(reject["raw"]) == {"id": 7, "x": None}
 
 
-def test_a_task_attempt_that_dies_mid_write_leaves_exactly_once_output(tmp_path):
+def test_a_task_attempt_that_dies_mid_write_leaves_exactly_once_output(submit, tmp_path):
     """spark-submit local[2,4]: every partition's first attempt dies after its first batch."""
     script = tmp_path / "write_df.py"
     out = tmp_path / "out"
     script.write_text(textwrap.dedent(f"""\
         from pyspark.sql import SparkSession
-        from tfrecord_io.engines import spark_datasource
+        from tfrecord_io.testing.faults import FirstAttempt, data_source
         spark = SparkSession.builder.getOrCreate()
-        spark_datasource.register(spark)
+        spark.dataSource.register(data_source(FirstAttempt("die")))
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
         spark.range(20000).repartition(4).write.format("tfrecord").mode("append").save({str(out)!r})
         spark.stop()
         """))
-    proc = spark_submit([str(script)], master="local[2,4]", env={"TFRECORD_IO_FAIL_FIRST_ATTEMPT": "*"})
+    proc = submit([str(script)], master="local[2,4]")
     assert "killing task attempt" in proc.stderr
     manifest = output.read_manifest(str(out))
     assert manifest["totals"]["records"] == 20000 and len(manifest["files"]) == 4
@@ -264,7 +261,7 @@ def test_job_reads_parquet_orc_and_catalog_tables_checking_types_by_column(tfspa
 
 
 def test_beam_refuses_spark_only_formats_with_exit_2(tmp_path):
-    from conftest import tfrecord_io_cli
+    from helpers import tfrecord_io_cli
 
     (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n")
     (tmp_path / "in").mkdir()
@@ -354,7 +351,6 @@ def test_sequence_example_needs_a_feature_list_column(tfspark, tmp_path):
 
 
 # ----------------------------------------------------------------------------- on the test HDFS
-@pytest.mark.hdfs
 def test_on_hdfs_split_write_read_back_and_the_job_from_parquet(tfspark, hdfs, tmp_path):
     """Sections 1-4 on a real HDFS: the data source writes splits there and reads them back; the
     job converts Parquet on HDFS (with --split too)."""

@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.request
 from collections import Counter
@@ -26,47 +25,24 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from conftest import REPO, VENV_BIN, spark_submit
+from helpers import (CORPUS, CORPUS_SCHEMA, JOB, REPO, corpus_rows, corpus_table, expected_values, listing,
+                     make_executor_python, read_back, rejects_of, serialized_records, shard_names, spark_submit,
+                     write_corpus_csv)
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
-                               run_conversion)
+                                      run_conversion)
+from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.storage.schema_io import load_schema
+from tfrecord_io.testing.faults import FirstAttempt
 
-pytestmark = pytest.mark.spark
-
-CORPUS = REPO / "tests" / "data" / "bad_corpus"
-SCHEMA = CORPUS / "schema.yaml"
-JOB = str(REPO / "jobs" / "to_tfrecord.py")
+FAULTY_JOB = str(REPO / "tests" / "jobs" / "faulty_to_tfrecord.py")  # the job with a fault injected
 SHARDS = 3
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-def make_rows(n: int, start: int = 0) -> list[dict]:
-    """Rows for the corpus schema, with values that survive float32 exactly."""
-    rows = []
-    for i in range(start, start + n):
-        rows.append({
-            "id": i,
-            "score": None if i % 7 == 0 else (i % 1000) * 0.25 - 100.0,
-            "name": None if i % 11 == 0 else f"name {i}, \"quoted\" é{i % 13}",
-            "tags": [f"t{j}" for j in range(i % 4)] or None,
-            "vec": [float(i % 50), -0.5 * (i % 9)],
-        })
-    return rows
-
-
-def write_csv(path: Path, rows: list[dict], extra_lines: tuple[str, ...] = ()) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["id", "score", "name", "tags", "vec"])
-        for r in rows:
-            w.writerow([r["id"], "" if r["score"] is None else repr(r["score"]),
-                        "" if r["name"] is None else r["name"],
-                        "|".join(r["tags"] or []), ";".join(repr(v) for v in r["vec"])])
-        for line in extra_lines:
-            f.write(line + "\n")
 
 
 def write_jsonl(path_or_file, rows: list[dict]) -> bytes:
@@ -76,90 +52,25 @@ def write_jsonl(path_or_file, rows: list[dict]) -> bytes:
     return data
 
 
-def expected_values(rows: list[dict]) -> dict[int, tuple]:
-    """What the loader yields for each row: nulls become the schema defaults."""
-    return {r["id"]: (r["score"] if r["score"] is not None else 0.0, r["name"] or "", r["tags"] or [], r["vec"])
-            for r in rows}
-
-
-def read_back(files: list, schema_path: Path = SCHEMA) -> dict[int, tuple]:
-    """Parse TFRecord files with TensorFlow's own reader and parse_example."""
-    import tensorflow as tf
-
-    spec = Schema.load(str(schema_path)).parse_spec()
-    out: dict[int, tuple] = {}
-    for f in files:
-        name = str(f)
-        kind = "GZIP" if name.endswith(".gz") else "ZLIB" if name.endswith(".zlib") else ""
-        for batch in tf.data.TFRecordDataset(name, compression_type=kind).batch(1024):
-            p = tf.io.parse_example(batch, spec)
-            for i, score, nm, tags, vec in zip(p["id"].numpy(), p["score"].numpy(), p["name"].numpy(),
-                                               p["tags"].to_list(), p["vec"].numpy()):
-                if int(i) in out:
-                    raise AssertionError(f"id {i} appears twice in {files}")
-                out[int(i)] = (float(score), nm.decode(), [t.decode() for t in tags], [float(v) for v in vec])
-    return out
-
-
-def serialized_records(files: list) -> Counter:
-    import tensorflow as tf
-
-    c: Counter = Counter()
-    for f in files:
-        kind = "GZIP" if str(f).endswith(".gz") else ""
-        c.update(r.numpy() for r in tf.data.TFRecordDataset(str(f), compression_type=kind))
-    return c
-
-
-def listing(out: Path) -> set[str]:
-    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-
-
-def shard_names(n: int, ext: str = "") -> set[str]:
-    return {f"part-{i:05d}-of-{n:05d}.tfrecord{ext}" for i in range(n)}
-
-
-def rejects_of(out: str) -> list[dict]:
-    rows = []
-    if fs.exists(fs.join(out, output.REJECTS)):
-        for f in fs.ls(fs.join(out, output.REJECTS)):
-            with fs.open(f, "rb") as fh:
-                rows += [json.loads(line) for line in fh.read().decode().splitlines()]
-    return rows
-
-
-def corpus_table(section: str) -> dict[str, dict]:
-    """The expected counts table of one section of tests/data/bad_corpus/README.md."""
-    text = (CORPUS / "README.md").read_text()
-    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    lines = [ln for ln in body.splitlines() if ln.startswith("|")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    table = {}
-    for ln in lines[2:]:
-        cells = [c.strip() for c in ln.strip("|").split("|")]
-        table[cells[0].strip("`*")] = dict(zip(header, cells))
-    return table
-
-
 @pytest.fixture(scope="module")
 def example_input(tmp_path_factory):
     """Three CSV files (3,000 good rows) plus one bad row; the rows and the expected values."""
     d = tmp_path_factory.mktemp("example-input")
-    rows = make_rows(3000)
+    rows = corpus_rows(3000)
     for k in range(3):
-        write_csv(d / f"part-{k}.csv", rows[k * 1000:(k + 1) * 1000],
-                  extra_lines=("oops,1.0,bad,,1;2",) if k == 1 else ())
+        write_corpus_csv(d / f"part-{k}.csv", rows[k * 1000:(k + 1) * 1000],
+                         extra_lines=("oops,1.0,bad,,1;2",) if k == 1 else ())
     return d, rows
 
 
 @pytest.fixture(scope="module")
-def clean_run(example_input, tmp_path_factory):
+def clean_run(submit, example_input, tmp_path_factory):
     """spark-submit local[2], local -> local, gzip, 3 shards: the reference output."""
     d, rows = example_input
     out = tmp_path_factory.mktemp("clean") / "out"
     t0 = time.monotonic()
-    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
-                         "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)])
+    proc = submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(CORPUS_SCHEMA),
+                   "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)])
     return out, proc, time.monotonic() - t0
 
 
@@ -169,19 +80,16 @@ def clean_run(example_input, tmp_path_factory):
 def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_once(tmp_path):
     from pyspark import cloudpickle  # the copy Spark itself pickles functions with
 
-    from tfrecord_io.commands import convert
-
     from tfrecord_io.storage import inputs
     from tfrecord_io.engines.spark import _line_offsets, _Split
 
-    assert convert.DEFAULT_MAX_REJECT_FRACTION == output.DEFAULT_MAX_REJECT_FRACTION
-    schema = Schema.load(str(SCHEMA))
+    schema = load_schema(str(CORPUS_SCHEMA))
     path = tmp_path / "a.csv"
-    write_csv(path, make_rows(300), extra_lines=("x,1,a,,1;2", '5,1,"unbalanced,,1;2'))
+    write_corpus_csv(path, corpus_rows(300), extra_lines=("x,1,a,,1;2", '5,1,"unbalanced,,1;2'))
     header = path.read_text().splitlines()[0].split(",")
     read = ReadStage(schema, "csv", False, {str(path): header})
     write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", schema=schema,
-                       fail_first_attempt="0", stall_first_attempt="1,2")
+                       faults=FirstAttempt("stall", {1, 2}))
     for fn in (write, read):
         assert pickle.loads(pickle.dumps(fn)) == fn
         assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
@@ -210,21 +118,33 @@ def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_on
     assert any("'id'" in r[REASON] for r in bad) and any("unbalanced quote" in r[REASON] for r in bad)
 
 
-def test_fault_switches_pick_first_attempts_and_stall_stops_when_temporary_is_gone(tmp_path):
-    from tfrecord_io.engines.spark import _after_first_batch, _first_attempt_of, _stall
-
-    assert [_first_attempt_of("0, 2", p, 0) for p in range(4)] == [True, False, True, False]
-    assert _first_attempt_of("*", 5, 0) and not _first_attempt_of("*", 5, 1) and not _first_attempt_of("", 0, 0)
+def test_faults_pick_first_attempts_and_a_stall_stops_when_temporary_is_gone(tmp_path):
+    """The test seam (tfrecord_io.testing.faults): the first attempt at a chosen shard strikes right
+    after its first batch, later attempts and other shards pass everything through."""
     batches = [pa.array([b"a"]), pa.array([b"b", b"c"])]
-    temporary = tmp_path / "_temporary"
-    temporary.mkdir()
-    stall_over = _after_first_batch(iter(batches), lambda: _stall("att", str(temporary), seconds=0.1))
+    out = tmp_path / "out"
+    temporary = out / output.TEMPORARY
+    temporary.mkdir(parents=True)
+    assert FirstAttempt.parse("die:0, 2").shards == {0, 2} and FirstAttempt.parse("stall:*").shards is None
+    die = FirstAttempt("die", {0, 2})
+    # In the driver's own process a dying attempt raises (an in-process runner's worker is a thread).
+    first = die.around_write(iter(batches), output=str(out), shard=2, attempt="att")
+    assert next(first) is batches[0]
+    with pytest.raises(RuntimeError, match=r"killing task attempt att mid-write \(shard 2,"):
+        next(first)
+    retry = die.around_write(iter(batches), output=str(out), shard=2, attempt="att2")  # the marker is there
+    assert list(retry) == batches
+    assert list(die.around_write(iter(batches), output=str(out), shard=1, attempt="att3")) == batches
+    stall_over = FirstAttempt("stall", stall_s=0.1).around_write(iter(batches), output=str(out), shard=0,
+                                                                 attempt="att4")
     assert list(stall_over) == batches
-    stalled = _after_first_batch(iter(batches), lambda: _stall("att", str(temporary), seconds=60))
+    stalled = FirstAttempt("stall", stall_s=60).around_write(iter(batches), output=str(out), shard=1, attempt="att5")
     assert next(stalled) is batches[0]
-    temporary.rmdir()  # the job committed while this attempt slept: it must not write on
-    with pytest.raises(RuntimeError, match="stalled task attempt att writes nothing more"):
+    shutil.rmtree(temporary)  # the job committed while this attempt slept: it must not write on
+    with pytest.raises(RuntimeError, match="stalled task attempt att5 writes nothing more"):
         next(stalled)
+    for f in (die, FirstAttempt("stall", {1})):
+        assert pickle.loads(pickle.dumps(f)) == f
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,13 +168,12 @@ def test_submit_local_to_local(example_input, clean_run):
     print(f"local->local spark-submit: {seconds:.1f}s")
 
 
-def test_submit_fault_injection_is_exactly_once(example_input, clean_run, tmp_path):
+def test_submit_fault_injection_is_exactly_once(submit, example_input, clean_run, tmp_path):
     """First attempts of partitions 0 and 2 die mid-write; retries give exactly the clean output."""
     d, rows = example_input
     out = tmp_path / "out"
-    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
-                         "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)],
-                        master="local[2,4]", env={"TFRECORD_IO_FAIL_FIRST_ATTEMPT": "0,2"})
+    proc = submit([FAULTY_JOB, "die:0,2", "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(CORPUS_SCHEMA),
+                   "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)], master="local[2,4]")
     killed = re.findall(r"killing task attempt \S+-p(\d+)-a0-", proc.stderr)
     assert sorted(set(killed)) == ["00000", "00002"], proc.stderr[-3000:]
     clean_out = clean_run[0]
@@ -264,15 +183,15 @@ def test_submit_fault_injection_is_exactly_once(example_input, clean_run, tmp_pa
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
 
 
-def test_submit_hdfs_to_hdfs(hdfs, tmp_path):
-    rows = make_rows(1200, start=10_000)
+def test_submit_hdfs_to_hdfs(submit, hdfs, tmp_path):
+    rows = corpus_rows(1200, start=10_000)
     base = hdfs.uri(f"/spark-job/{tmp_path.name}")
     for k in range(2):
         with fs.open(f"{base}/in/part-{k}.jsonl", "wb") as f:
             f.write(write_jsonl(None, rows[k * 600:(k + 1) * 600]))
     out = f"{base}/out"
-    spark_submit([JOB, "--input", f"{base}/in/*.jsonl", "--format", "json", "--schema", str(SCHEMA),
-                  "--output", out, "--compression", "zlib"], env={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
+    submit([JOB, "--input", f"{base}/in/*.jsonl", "--format", "json", "--schema", str(CORPUS_SCHEMA),
+            "--output", out, "--compression", "zlib"], env={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
     names = {u.rsplit("/", 1)[-1] for u in fs.ls(out)}
     assert names == {"part-00000-of-00001.tfrecord.zlib", "_manifest.json", "_SUCCESS"}  # default: 1 shard
     manifest = output.read_manifest(out)
@@ -365,36 +284,16 @@ def standalone_two_hosts(tmp_path):
     yield from _standalone_cluster(tmp_path / "cluster", ["127.0.0.1", "127.0.0.2"], cores=1)
 
 
-def _executor_python(tmp_path: Path) -> str:
-    """A Python for executors with the venv's libraries but *not* its editable tfrecord_io install.
-
-    A venv whose site-packages holds one .pth line naming the main venv's site-packages: that
-    directory joins sys.path, but its own .pth files (the editable install's finder) do not run.
-    """
-    env_dir = tmp_path / "executor-venv"
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip",
-                    str(env_dir)], check=True, timeout=120)
-    python = env_dir / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "main-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = subprocess.run([str(python), "-c", "import importlib.util, pyarrow, pyspark; "
-                            "print(importlib.util.find_spec('tfrecord_io'))"],
-                           capture_output=True, text=True, cwd=tmp_path, env={"PATH": os.environ["PATH"]})
-    assert probe.stdout.strip() == "None", probe
-    return str(python)
-
-
 def test_submit_standalone_cluster_with_py_files(standalone, example_input, tmp_path):
     master, _ = standalone
     d, rows = example_input
-    exec_python = _executor_python(tmp_path)
+    exec_python = make_executor_python(tmp_path)
     # The package the way a user ships it: a zip of tfrecord_io for --py-files.
     zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
     conf = {"spark.pyspark.python": exec_python, "spark.executorEnv.PYSPARK_PYTHON": exec_python,
             "spark.pyspark.driver.python": sys.executable, "spark.executor.memory": "512m",
             "spark.cores.max": "2", "spark.task.maxFailures": "1"}
-    args = [JOB, "--input", f"{d}/part-0.csv", "--format", "csv", "--schema", str(SCHEMA), "--num-shards", "2"]
+    args = [JOB, "--input", f"{d}/part-0.csv", "--format", "csv", "--schema", str(CORPUS_SCHEMA), "--num-shards", "2"]
     # Without --py-files the executors cannot import tfrecord_io: they do not see the repository.
     bad = spark_submit(args + ["--output", str(tmp_path / "no-py-files")], master=master, conf=conf, check=False)
     assert bad.returncode == 1 and "No module named 'tfrecord_io'" in bad.stdout + bad.stderr, bad.stderr[-3000:]
@@ -441,7 +340,7 @@ def test_submit_speculative_attempts_are_exactly_once(standalone_two_hosts, exam
     The output is exactly the clean run's: the same files, the same records in each shard, no _temporary."""
     master, run = standalone_two_hosts
     d, rows = example_input
-    exec_python = _executor_python(tmp_path)
+    exec_python = make_executor_python(tmp_path)
     zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
     events = tmp_path / "events"
     events.mkdir()
@@ -456,12 +355,11 @@ def test_submit_speculative_attempts_are_exactly_once(standalone_two_hosts, exam
             "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.2",
             "spark.speculation.minTaskRuntime": "500ms", "spark.speculation.efficiency.enabled": "false",
             "spark.python.task.killTimeout": "1s",
-            "spark.tfrecordio.stallFirstAttempt": "0",  # the conf form (the retry test uses the env form)
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
             "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
     out = tmp_path / "out"
     # The clean run's arguments: the records must come out byte for byte the same.
-    proc = spark_submit([JOB, "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(SCHEMA),
+    proc = spark_submit([FAULTY_JOB, "stall:0", "--input", f"{d}/*.csv", "--format", "csv", "--schema", str(CORPUS_SCHEMA),
                          "--output", str(out), "--compression", "gzip", "--num-shards", str(SHARDS)],
                         master=master, conf=conf, extra=["--py-files", zip_path],
                         env={"SPARK_LOCAL_IP": "127.0.0.1"}, timeout=240)
@@ -500,7 +398,7 @@ def test_submit_speculative_attempts_are_exactly_once(standalone_two_hosts, exam
     assert re.search(rf"Attempting to kill Python Worker - task 0\.0 in stage {stage} \(TID {tid}\)", executors), \
         context
     assert "woke after" not in executors, context
-    pid = int(re.search(r"stalling task attempt \S+ mid-write \(python pid (\d+)\)", executors).group(1))
+    pid = int(re.search(r"stalling task attempt \S+ mid-write \(shard \d+, python pid (\d+)\)", executors).group(1))
     assert not _alive(pid), f"the stalled Python worker (pid {pid}) still runs" + context
     success_ms = (out / "_SUCCESS").stat().st_mtime_ns // 1_000_000
     assert success_ms >= stalled["Task Info"]["Finish Time"], "committed before the straggler stopped" + context
@@ -518,15 +416,12 @@ def test_submit_speculative_attempts_are_exactly_once(standalone_two_hosts, exam
     print("speculation (event log):\n" + "\n".join(_task_line(e) for e in tasks if e["Stage ID"] == stage))
 
 
-def test_cli_convert_fails_over_reject_limit(tmp_path):
+def test_cli_convert_fails_over_reject_limit(spark_cli, tmp_path):
     """``tfrecord-io convert --engine spark`` with the default 1% limit on the bad corpus: exit 3."""
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [str(VENV_BIN / "tfrecord-io"), "convert", "--engine", "spark", "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false", "--input", f"{CORPUS}/*.csv", "--format", "csv",
-         "--schema", str(SCHEMA), "--output", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    proc = spark_cli("convert", "--engine", "spark", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                     "--input", f"{CORPUS}/*.csv", "--format", "csv", "--schema", str(CORPUS_SCHEMA), "--output", str(out),
+                     check=False, cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "13 of 25 input rows were rejected" in proc.stderr and "--max-reject-fraction" in proc.stderr
     files = listing(out)
@@ -538,7 +433,7 @@ def test_cli_convert_fails_over_reject_limit(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # In-process (the session's local[2] SparkSession): corpus, overwrite, sequences, headers
 # ---------------------------------------------------------------------------------------------
-def _convert(spark, tmp_path, inputs, fmt="csv", schema=SCHEMA, name="out", **kw) -> tuple[Path, dict]:
+def _convert(spark, tmp_path, inputs, fmt="csv", schema=CORPUS_SCHEMA, name="out", **kw) -> tuple[Path, dict]:
     out = tmp_path / name
     opts = ConversionOptions(inputs=inputs, input_format=fmt, schema=str(schema), output=str(out), **kw)
     return out, run_conversion(spark, opts)
@@ -573,13 +468,13 @@ def test_bad_corpus_every_row_accounted_for(spark, tmp_path, fmt, multiline):
 
 def test_overwrite_refused_then_allowed(spark, tmp_path):
     inp = tmp_path / "in.csv"
-    write_csv(inp, make_rows(20))
+    write_corpus_csv(inp, corpus_rows(20))
     out, _ = _convert(spark, tmp_path, str(inp))
     before = listing(out)
     with pytest.raises(FileExistsError, match="--overwrite"):
         _convert(spark, tmp_path, str(inp))
     assert listing(out) == before
-    write_csv(inp, make_rows(5, start=100))
+    write_corpus_csv(inp, corpus_rows(5, start=100))
     out, manifest = _convert(spark, tmp_path, str(inp), overwrite=True)
     assert manifest["totals"]["records"] == 5 and set(read_back(out.glob("part-*"))) == set(range(100, 105))
 
@@ -588,7 +483,7 @@ def test_reject_limit_leaves_no_success(spark, tmp_path):
     from tfrecord_io.storage.output import RejectLimitExceeded
 
     inp = tmp_path / "in.csv"
-    write_csv(inp, make_rows(98), extra_lines=("x,1,a,,1;2", "y,1,b,,1;2"))  # 2% rejected
+    write_corpus_csv(inp, corpus_rows(98), extra_lines=("x,1,a,,1;2", "y,1,b,,1;2"))  # 2% rejected
     with pytest.raises(RejectLimitExceeded, match="2 of 100 input rows"):
         _convert(spark, tmp_path, str(inp))
     files = listing(tmp_path / "out")
@@ -598,8 +493,8 @@ def test_reject_limit_leaves_no_success(spark, tmp_path):
 
 
 def test_csv_header_matched_by_name_and_default_shard_count(spark, tmp_path):
-    rows = make_rows(40)
-    write_csv(tmp_path / "a.csv", rows[:20])
+    rows = corpus_rows(40)
+    write_corpus_csv(tmp_path / "a.csv", rows[:20])
     with open(tmp_path / "b.csv", "w", newline="") as f:  # other order, an unknown column, no `tags`
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["vec", "extra", "name", "id", "score"])
@@ -618,7 +513,7 @@ def test_csv_header_matched_by_name_and_default_shard_count(spark, tmp_path):
 
 
 def test_multiline_json_documents(spark, tmp_path):
-    rows = make_rows(6)
+    rows = corpus_rows(6)
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.json").write_text(json.dumps([{k: v for k, v in r.items() if v is not None}
                                                         for r in rows[:4]], indent=2))
@@ -659,7 +554,7 @@ def test_sequence_example_end_to_end(spark, tmp_path):
     assert Counter(r["raw"].split(",")[0] for r in rejects) == Counter(bad)
     assert any("context feature 'country' differs" in r["reason"] for r in rejects)
     assert any("expected 2 values" in r["reason"] for r in rejects)
-    ctx, seq = Schema.load(str(tmp_path / "schema.yaml")).parse_spec()
+    ctx, seq = parse_spec(load_schema(str(tmp_path / "schema.yaml")))
     got: dict[str, list] = {}
     for f in sorted(out.glob("part-*")):
         for rec in tf.data.TFRecordDataset(str(f)):
@@ -697,7 +592,7 @@ def test_csv_extra_null_values_and_headerless(spark, tmp_path):
     assert "list item 'z' is not a valid int64" in reasons[5]
     import tensorflow as tf
 
-    spec = Schema.load(str(tmp_path / "schema.yaml")).parse_spec()
+    spec = parse_spec(load_schema(str(tmp_path / "schema.yaml")))
     parsed = tf.io.parse_example(list(tf.data.TFRecordDataset(str(next(out.glob("part-*")))).as_numpy_iterator()),
                                  spec)
     got = sorted(zip(parsed["id"].numpy().tolist(), parsed["score"].numpy().tolist(),
@@ -710,10 +605,10 @@ def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path, sha
     """A file read in several splits: each reject's ``line`` is its line in the file and ``raw`` the
     file's own text of that line (issue #15, item 3); with ``--shards input`` each split is a shard,
     written by the task that read it, with the same records and rejects."""
-    rows = make_rows(3000)
+    rows = corpus_rows(3000)
     bad = {400: "bad400,1,x,,1;2", 1700: "bad1700,1.0,x,,1;2", 2900: "7,1.50,x,,1;q"}
     path = tmp_path / "big.csv"
-    write_csv(path, rows)
+    write_corpus_csv(path, rows)
     lines = path.read_text().splitlines(keepends=True)
     for k in sorted(bad, reverse=True):
         lines.insert(k, bad[k] + "\n")
@@ -764,7 +659,7 @@ def test_sequence_writer_splits_long_groups_across_batches():
     stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
     records = [r for arr in write._sequence_records(table.to_batches(max_chunksize=4), spool, stats)
                for r in arr.to_pylist()]
-    ctx, seq = schema.parse_spec()
+    ctx, seq = parse_spec(schema)
     got = []
     for rec in records:
         c, s = tf.io.parse_single_sequence_example(rec, ctx, seq)
@@ -816,16 +711,17 @@ def test_dataframe_source_speculative_straggler_is_exactly_once(standalone_two_h
     first attempt stalls after its first batch, Spark speculates it on the other host, the copy wins:
     every row once, one file per partition, nothing left under _temporary."""
     master, run = standalone_two_hosts
-    exec_python = _executor_python(tmp_path)
+    exec_python = make_executor_python(tmp_path)
     zip_path = shutil.make_archive(str(tmp_path / "tfrecord_io"), "zip", root_dir=REPO, base_dir="tfrecord_io")
     out = tmp_path / "out"
     script = tmp_path / "write_df.py"
     script.write_text(
-        "from pyspark.sql import SparkSession\nfrom tfrecord_io.engines import spark_datasource\n"
-        "spark = SparkSession.builder.getOrCreate()\nspark_datasource.register(spark)\n"
+        "from pyspark.sql import SparkSession\nfrom tfrecord_io.testing.faults import FirstAttempt, data_source\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "spark.dataSource.register(data_source(FirstAttempt('stall', {0})))\n"
         "spark.conf.set('spark.sql.execution.arrow.maxRecordsPerBatch', '500')\n"
         "spark.range(6000).repartition(3).write.format('tfrecord').mode('append')"
-        f".option('stallFirstAttempt', '0').save({str(out)!r})\n"
+        f".save({str(out)!r})\n"
         "spark.stop()\n")
     conf = {"spark.pyspark.python": exec_python, "spark.executorEnv.PYSPARK_PYTHON": exec_python,
             "spark.pyspark.driver.python": sys.executable, "spark.executor.memory": "512m",

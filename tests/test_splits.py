@@ -97,7 +97,7 @@ def _data(tmp_path):
 def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, feature):
     import collections
 
-    from conftest import convert
+    from helpers import convert
     from tfrecord_io.storage import output
     from tfrecord_io.core.framing import read_records
     from tfrecord_io.engines.tfdata import make_dataset
@@ -107,9 +107,9 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
     for engine in ("spark", "beam", "dataframe"):
         out = tmp_path / engine
         if engine == "dataframe":  # df.write.format("tfrecord") with option split / splitBy
-            from tfrecord_io.engines import spark_datasource
+            import tfrecord_io.spark
 
-            spark_datasource.register(spark)
+            tfrecord_io.spark.register(spark)
             writer = spark.read.json(inp).repartition(2).write.format("tfrecord").mode("overwrite") \
                 .option("schema", schema).option("split", "train=8,eval=1,test=1").option("maxRejectFraction", "1")
             writer = writer.option("splitBy", feature) if feature else writer

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from conftest import tfrecord_io_cli
+from helpers import tfrecord_io_cli
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples
-from tfrecord_io.commands.inspect import resolve_source
+from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.commands.stats import (
     EXACT_LIMIT, INTEGER_BARS, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary, compute_stats,

@@ -28,6 +28,8 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.engines.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.storage.schema_io import load_schema
+from helpers import TF_COMPRESSION
 
 SCHEMA = Schema.from_dict({
     "record_type": "example",
@@ -41,7 +43,6 @@ SCHEMA = Schema.from_dict({
     ],
     "label": "y",
 })
-TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 EXT = {"none": "", "gzip": ".gz", "zlib": ".zlib"}
 
 
@@ -232,7 +233,7 @@ def test_source_errors(tmp_path):
         make_dataset(path, schema=SCHEMA, batch_size=2, cycle_length=3, cache_files=8)
     with pytest.raises(ValueError, match="cache_files must be at least 3"):
         make_dataset(path, schema=SCHEMA, batch_size=2, cache_files=2)
-    seq = Schema.load(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
+    seq = load_schema(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
     out = str(tmp_path / "out")
     write_output(out, [(0, 5)])
     with pytest.raises(ValueError, match="sequence_example records but .* holds example records"):
@@ -720,7 +721,7 @@ def test_demo_train_fits_a_keras_model(tmp_path):
 def test_a_sometimes_missing_feature_without_default_is_refused_at_once(spark, tmp_path):
     """The converters record per-feature present counts (issue #15 item 5); the loader refuses a
     schema that would fail at the first batch holding a missing value, naming the feature."""
-    from conftest import convert
+    from helpers import convert
     from tfrecord_io.storage import output as out_contract
 
     (tmp_path / "in.csv").write_text("id,air_time\n1,10\n2,\n3,30\n")

@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN
-from test_spark_job import (JOB, SCHEMA, _executor_python, expected_values, make_rows, read_back,
-                            serialized_records, write_csv)
-from tfrecord_io.engines.spark import FAIL_FIRST_ATTEMPT_CONF, package_zip
+from helpers import (CORPUS_SCHEMA, JOB, REPO, VENV_BIN, corpus_rows, expected_values, make_executor_python,
+                     read_back, serialized_records, write_corpus_csv)
+from tfrecord_io.spark import package_zip
 from tfrecord_io.storage import fs, output
-
-pytestmark = pytest.mark.spark
 
 SHARDS = 3
 ROWS = 3000
@@ -123,15 +120,15 @@ def yarn_submit(yarn, args: list[str], *, mode: str, cwd: Path, python: str,
 def hdfs_input(hdfs, tmp_path_factory):
     """3 CSV files (3,000 good rows, one bad line) and the schema, on HDFS; (base URI, rows)."""
     d = tmp_path_factory.mktemp("yarn-input")
-    rows = make_rows(ROWS, start=50_000)
+    rows = corpus_rows(ROWS, start=50_000)
     base = hdfs.uri("/yarn-tests")
     for k in range(3):
         local = d / f"part-{k}.csv"
-        write_csv(local, rows[k * 1000:(k + 1) * 1000], extra_lines=(BAD_LINE,) if k == 1 else ())
+        write_corpus_csv(local, rows[k * 1000:(k + 1) * 1000], extra_lines=(BAD_LINE,) if k == 1 else ())
         with fs.open(f"{base}/in/part-{k}.csv", "wb") as f:
             f.write(local.read_bytes())
     with fs.open(f"{base}/schema.yaml", "wb") as f:
-        f.write(SCHEMA.read_bytes())
+        f.write(CORPUS_SCHEMA.read_bytes())
     return base, rows
 
 
@@ -157,7 +154,7 @@ def local_run(spark, hdfs_input):
 @pytest.fixture(scope="module")
 def executor_python(tmp_path_factory):
     """A Python with the venv's libraries but not the editable tfrecord_io (see test_spark_job)."""
-    return _executor_python(tmp_path_factory.mktemp("yarn-exec-python"))
+    return make_executor_python(tmp_path_factory.mktemp("yarn-exec-python"))
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +242,7 @@ def test_cli_start_yarn_status_stop(tmp_path):
     HADOOP_CONF_DIR holds all three site files, ``status`` shows both, ``stop`` stops both."""
     import socket
 
-    from conftest import tfrecord_io_cli
+    from helpers import tfrecord_io_cli
 
     base = str(tmp_path / "cli")
     try:
@@ -305,12 +302,13 @@ def test_job_cluster_mode_equals_local_run(yarn, hdfs_input, local_run, executor
 def test_killed_python_worker_mid_write_is_exactly_once(yarn, hdfs_input, local_run, executor_python, py_files,
                                                        tmp_path):
     """The first attempts of write partitions 0 and 2 kill their executor's Python worker after
-    writing a batch (the job's fault switch); YARN's executors retry them; the output is still
+    writing a batch (tests/jobs/faulty_to_tfrecord.py); YARN's executors retry them; the output is still
     exactly the local run's."""
     base, rows = hdfs_input
     out = f"{base}/fault-out"
-    run = yarn_submit(yarn, job_args(base, out), mode="client", cwd=tmp_path, python=executor_python,
-                      conf={FAIL_FIRST_ATTEMPT_CONF: "0,2"}, extra=["--py-files", py_files])
+    faulty = [str(REPO / "tests" / "jobs" / "faulty_to_tfrecord.py"), "die:0,2", *job_args(base, out)[1:]]
+    run = yarn_submit(yarn, faulty, mode="client", cwd=tmp_path, python=executor_python,
+                      extra=["--py-files", py_files])
     killed = re.findall(r"killing task attempt \S+-p(\d+)-a0-", run.logs)
     assert sorted(set(killed)) == ["00000", "00002"], run.logs[-4000:]
     assert re.search(r"Python worker exited unexpectedly|Lost task|TaskSetManager: Lost", run.proc.stderr), \
@@ -323,10 +321,10 @@ DF_SCRIPT = '''\
 import sys
 import tarfile
 from pyspark.sql import SparkSession
-from tfrecord_io.engines import spark_datasource
+import tfrecord_io.spark
 
 spark = SparkSession.builder.appName("tfrecord-io DataFrame writer on YARN").getOrCreate()
-spark_datasource.register(spark)
+tfrecord_io.spark.register(spark)
 df = spark.range(0, {n}, numPartitions=4).selectExpr(
     "id", "cast(id * 0.5 as double) as score", "concat('n', cast(id as string)) as name",
     "array(id, id + 1) as pair")
@@ -370,7 +368,7 @@ def test_dataframe_writer_on_yarn(yarn, hdfs, executor_python, py_files, tmp_pat
 def slim_env(tmp_path_factory):
     """``tfrecord-io pack-env`` as a user runs it (pip fetches the pinned wheels; pip's cache makes
     a second build quick)."""
-    from conftest import tfrecord_io_cli
+    from helpers import tfrecord_io_cli
 
     out = tmp_path_factory.mktemp("slim-env") / "tfrecord-io-env.tar.gz"
     proc = tfrecord_io_cli("pack-env", str(out), timeout=1800)

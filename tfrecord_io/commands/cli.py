@@ -17,7 +17,7 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("demo", "tfrecord_io.commands.demo", "the whole path on sample data: CSV -> TFRecords (Spark) -> inspect -> Keras training"),
     ("hdfs-local", "tfrecord_io.clusters.hdfs_local.command",
      "start, stop or query a single-node HDFS on loopback (for tests and trying things out)"),
-    ("flink-local", "tfrecord_io.clusters.flink.command", "fetch, start, stop or query a Beam job server for Flink on loopback"),
+    ("flink-local", "tfrecord_io.commands.flink_local", "fetch, start, stop or query a Beam job server for Flink on loopback"),
     ("infer-schema", "tfrecord_io.commands.infer",
      "read a sample of CSV or JSON input and print an editable YAML schema"),
     ("convert", "tfrecord_io.commands.convert", "convert CSV/JSON (local or HDFS) to TFRecord files with Spark or Beam"),

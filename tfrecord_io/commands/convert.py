@@ -4,23 +4,15 @@ Entry points, all with the flags of :func:`tfrecord_io.conversion.options.add_ar
 
 * ``tfrecord-io convert --engine spark|beam ...`` (:func:`configure` / :func:`run`);
 * ``spark-submit jobs/to_tfrecord.py ...`` (:func:`spark_job_main`);
-* ``python -m tfrecord_io.beam ...`` and ``python -m pipelines.to_tfrecord ...``
-  (:func:`beam_main`); flags it does not know are Beam pipeline options.
+* ``python -m tfrecord_io.beam ...`` and ``python -m pipelines.to_tfrecord ...`` (:func:`beam_main`),
+  which also take Beam's pipeline options -- and no other argument: one the conversion and Beam
+  do not know (a second file from a glob the shell expanded) stops the run before it starts.
 
-:func:`execute` is the one place that turns an outcome into an exit status:
-
-====  ===========================================================================================
-0     done: ``_SUCCESS`` written; a summary line on stderr and ``{"event": "tfrecord-io-done",
-      ...}`` on stdout
-1     the conversion started and failed (a task or worker error, the commit)
-2     bad usage: arguments, the schema (or its features against the input's columns), an input
-      that cannot be found or read, an output that exists or overlaps an input
-3     more rows were rejected than ``--max-reject-fraction`` allows (nothing committed)
-====  ===========================================================================================
-
-Errors are one line (``tfrecord-io: error: ...``) naming the file and what to do; ``--debug``
-adds the traceback.  Arguments, the schema and the inputs are checked before an engine starts
-(no JVM for a misspelled path).
+Each builds the conversion's :class:`~tfrecord_io.conversion.plan.Plan` once, *before* its engine
+starts (no JVM for a misspelled path, a missing column or an existing output), and hands it to
+the engine.  Exit status and error lines are :mod:`tfrecord_io.commands.exits`' (0 done, 1 failed,
+2 bad usage, 3 too many rejects); when done, a summary line goes to stderr and ``{"event":
+"tfrecord-io-done", ...}`` to stdout.  ``--debug`` adds tracebacks.
 
 ``--engine spark`` runs the job *in this process*: a SparkSession (``--master``; without it
 ``spark.master`` from spark-defaults.conf, else ``local[*]``; plus any ``--conf KEY=VALUE``),
@@ -29,6 +21,9 @@ package is zipped and shipped to the executors with ``SparkContext.addPyFile``. 
 ``spark-submit jobs/to_tfrecord.py`` when a cluster needs spark-submit's own options.
 ``--engine beam`` runs :func:`tfrecord_io.engines.beam.run_conversion` with the Beam options given
 after ``--engine-arg``.
+
+``faults`` (:func:`spark_job_main`, :func:`run_beam`) is the tests' fault injection
+(:mod:`tfrecord_io.testing.faults`); no flag turns it on.
 
 This module stays import-light: ``configure`` touches neither Spark, Beam nor TensorFlow.
 """
@@ -40,34 +35,29 @@ import json
 import logging
 import os
 import sys
-import traceback
 from typing import Callable
 
+from tfrecord_io.commands import exits
 from tfrecord_io.conversion import options as opts
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REJECTS = 0, 1, 2, 3
-DEFAULT_MAX_REJECT_FRACTION = opts.DEFAULT_MAX_REJECT_FRACTION
+COMMAND = "convert"  # the error lines of every conversion entry point: "tfrecord-io convert: error: ..."
 
 
 def summary(manifest: dict) -> str:
+    """The one line a finished conversion prints: records, files (in every split), rejects."""
     t = manifest["totals"]
-    rows = t.get("rows_in_records", t["records"])
-    return (f"tfrecord-io: wrote {t['records']} {manifest['record_type']} records ({rows} input rows) in "
-            f"{len(manifest['files'])} files; {t['rejected']} of {t['input_rows']} input rows rejected")
+    files = _files(manifest)
+    where = "" if "splits" not in manifest else " in splits " + ", ".join(
+        f"{name} ({s['records']})" for name, s in manifest["splits"].items())
+    rows = ""
+    if "rows_in_records" in t:  # SequenceExamples: records hold groups of rows
+        rows = f" from {t['rows_in_records']} input rows"
+    return (f"tfrecord-io: wrote {t['records']} {manifest['record_type']} records{rows} in {files} files{where}; "
+            f"{t['rejected']} of {t['input_rows']} input rows rejected")
 
 
-def exit_status(e: BaseException) -> int:
-    """The exit status for an exception raised by a conversion (see the module doc)."""
-    from tfrecord_io.storage.output import RejectLimitExceeded
-
-    if isinstance(e, RejectLimitExceeded):
-        return EXIT_REJECTS
-    if isinstance(e, opts.ConversionError):
-        return EXIT_FAILED
-    if isinstance(e, (ValueError, TypeError, FileExistsError, FileNotFoundError, PermissionError,
-                      IsADirectoryError, NotADirectoryError)):
-        return EXIT_USAGE  # SchemaError and ColumnMismatch are ValueErrors
-    return EXIT_FAILED
+def _files(manifest: dict) -> int:
+    return len(manifest["files"]) if "files" in manifest else sum(s["files"] for s in manifest["splits"].values())
 
 
 def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[dict], dict] | None = None) -> int:
@@ -75,43 +65,47 @@ def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[di
     try:
         manifest = work()
     except KeyboardInterrupt:
-        print("tfrecord-io: interrupted", file=sys.stderr)
-        return 130
+        exits.error(COMMAND, "interrupted")
+        return exits.INTERRUPTED
     except Exception as e:  # noqa: BLE001 - every outcome is reported as one line and an exit status
-        return _report(e, debug)
+        return exits.report(COMMAND, e, debug=debug)
     print(summary(manifest), file=sys.stderr)
     print(json.dumps({"event": "tfrecord-io-done", **(done(manifest) if done else {}),
-                      "totals": manifest["totals"], "files": len(manifest["files"])}))
-    return EXIT_OK
+                      "totals": manifest["totals"], "files": _files(manifest)}))
+    return exits.OK
 
 
-def preflight(options: opts.ConversionOptions) -> None:
-    """What can be checked before an engine starts: the schema and that the inputs exist."""
-    from tfrecord_io.storage import inputs
+def _plan(args: argparse.Namespace):
+    """(the plan of the parsed arguments, None) or (None, the exit status, reported)."""
+    from tfrecord_io.conversion.plan import plan_conversion
 
-    options.load_schema()
-    if options.input_format != "table":  # a table is looked up in Spark's catalog
-        inputs.list_inputs(options.inputs)
+    try:
+        return plan_conversion(opts.from_args(args)), None
+    except Exception as e:  # noqa: BLE001 - reported like any outcome
+        return None, exits.report(COMMAND, e, debug=getattr(args, "debug", False))
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    opts.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
 
 
 # ------------------------------------------------------------------------------------ Spark
-def run_spark(spark, options: opts.ConversionOptions, *, debug: bool = False) -> int:
+def run_spark(spark, plan, *, debug: bool = False, faults=None) -> int:
     """The Spark job on an existing session (what spark-submit and ``convert`` run)."""
     from tfrecord_io.engines.spark import run_conversion
 
-    return execute(lambda: run_conversion(spark, options), debug=debug,
-                   done=lambda m: {"engine": "spark", "output": options.output, "seconds": m["job"]["seconds"]})
+    return execute(lambda: run_conversion(spark, plan, faults=faults), debug=debug,
+                   done=lambda m: {"engine": "spark", "output": plan.output, "seconds": m["job"]["seconds"]})
 
 
-def spark_job_main(argv: list[str] | None = None) -> int:
-    """``spark-submit jobs/to_tfrecord.py``: parse, check, then start the session and run."""
-    parser = argparse.ArgumentParser(prog="to_tfrecord.py",
-                                     description="Convert CSV or JSON (local or HDFS) into TFRecords with Spark.")
-    opts.add_arguments(parser)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = parser.parse_args(argv)
-    code = execute_checked(args)
-    if code is not None:
+def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
+    """``spark-submit jobs/to_tfrecord.py``: parse and plan, then start the session and run."""
+    args = _parser("to_tfrecord.py", "Convert CSV or JSON (local or HDFS) into TFRecords with Spark.").parse_args(argv)
+    plan, code = _plan(args)
+    if plan is None:
         return code
     from pyspark.sql import SparkSession
 
@@ -120,26 +114,9 @@ def spark_job_main(argv: list[str] | None = None) -> int:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
     try:
-        return run_spark(spark, opts.from_args(args), debug=args.debug)
+        return run_spark(spark, plan, debug=args.debug, faults=faults)
     finally:
         spark.stop()
-
-
-def execute_checked(args: argparse.Namespace) -> int | None:
-    """None when the arguments, schema and inputs are fine; else the exit status (reported)."""
-    try:
-        preflight(opts.from_args(args))
-    except Exception as e:  # noqa: BLE001 - reported like any outcome
-        return _report(e, getattr(args, "debug", False))
-    return None
-
-
-def _report(e: Exception, debug: bool) -> int:
-    """One error line (the traceback too with ``--debug``); the exit status for ``e``."""
-    if debug:
-        traceback.print_exc()
-    print(f"tfrecord-io: error: {e}", file=sys.stderr)
-    return exit_status(e)
 
 
 # ------------------------------------------------------------------------------------- Beam
@@ -149,50 +126,59 @@ def _configure_logging() -> None:
     logging.getLogger("tfrecord_io").setLevel(logging.INFO)
 
 
-def run_beam(options: opts.ConversionOptions, beam_args: list[str], *, debug: bool = False) -> int:
-    """The Beam pipeline with ``beam_args`` as pipeline options (``--runner=...``, ``--hdfs_host=...``)."""
-    _configure_logging()
-    if not debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
-        logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
+def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> int:
+    """The Beam pipeline with ``beam_args`` as pipeline options (``--runner=...``): refuse what Beam
+    does not take, plan (as Beam's ``--hdfs_user``), run."""
+    why = _refused_by_beam(args)
+    if why is not None:
+        return why
     from tfrecord_io.engines import beam as tbeam
 
-    ran = {}
+    try:
+        pipeline = tbeam.pipeline_options(beam_args)
+    except ValueError as e:
+        return exits.fail(COMMAND, str(e))
+    _configure_logging()
+    if not args.debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
+        logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
+    from apache_beam.options.pipeline_options import HadoopFileSystemOptions
 
-    def work():
-        result = tbeam.run_conversion(options, tbeam.pipeline_options(beam_args))
-        ran.update(runner=result.runner, seconds=result.seconds)
-        return result.manifest
+    with tbeam.as_hdfs_user(pipeline.view_as(HadoopFileSystemOptions).hdfs_user):
+        plan, code = _plan(args)
+        if plan is None:
+            return code
+        ran = {}
 
-    return execute(work, debug=debug, done=lambda m: {"engine": "beam", "output": options.output, **ran})
+        def work():
+            result = tbeam.run_conversion(plan, pipeline, faults=faults)
+            ran.update(runner=result.runner, seconds=result.seconds)
+            return result.manifest
+
+        return execute(work, debug=args.debug, done=lambda m: {"engine": "beam", "output": plan.output, **ran})
 
 
-def beam_main(argv: list[str] | None = None) -> int:
-    """``python -m tfrecord_io.beam`` (and ``pipelines/to_tfrecord.py``): unknown flags go to Beam."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tfrecord_io.beam", allow_abbrev=False,
-        description="Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
-                    "Beam's pipeline options (--runner, ...) may follow; any other argument is an error.")
-    opts.add_arguments(parser)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+def beam_main(argv: list[str] | None = None, *, faults=None) -> int:
+    """``python -m tfrecord_io.beam`` (and ``pipelines/to_tfrecord.py``): Beam's own options may follow."""
+    parser = _parser("python -m tfrecord_io.beam",
+                     "Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
+                     "Beam's pipeline options (--runner, ...) may follow; any other argument is an error.")
     try:
         args, beam_args = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
         return int(e.code or 0)
-    code = _refused_by_beam(args) or _unknown_to_beam(beam_args) or execute_checked(args)
-    if code is not None:
-        return code
-    return run_beam(opts.from_args(args), beam_args, debug=args.debug)
+    return run_beam(args, beam_args, faults=faults)
 
 
-def _unknown_to_beam(beam_args: list[str]) -> int | None:
-    """Exit 2 (before anything runs) for an argument that is no Beam pipeline option; else None."""
-    from tfrecord_io.engines import beam as tbeam
-
+def _refused_by_beam(args: argparse.Namespace) -> int | None:
+    """Exit 2 (before anything is listed) for options that only the Spark job has; else None."""
     try:
-        tbeam.pipeline_options(beam_args)
-    except ValueError as e:
-        return _usage(str(e))
-    return None
+        why = opts.from_args(args).needs_spark()
+    except ValueError:
+        return None  # a bad value: planning reports it
+    if why is None:
+        return None
+    return exits.fail(COMMAND, f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
+                               f"jobs/to_tfrecord.py)")
 
 
 # ------------------------------------------------------------------------ tfrecord-io convert
@@ -209,44 +195,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def _refused_by_beam(args: argparse.Namespace) -> int | None:
-    """Exit 2 (before anything is listed) for options that only the Spark job has; else None."""
-    try:
-        why = opts.from_args(args).needs_spark()
-    except ValueError:
-        return None  # a bad value: execute_checked reports it
-    if why is None:
-        return None
-    return _usage(f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
-                  f"jobs/to_tfrecord.py)")
-
-
-def _usage(message: str) -> int:
-    print(f"tfrecord-io: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 def run(args: argparse.Namespace) -> int:
     if args.engine == "beam":
         if args.master or args.conf:
-            return _usage("--master/--conf are Spark options; pass Beam options with --engine-arg")
-        code = _refused_by_beam(args) or _unknown_to_beam(list(args.engine_arg))
-        if code is not None:
-            return code
-    elif args.engine_arg:
-        return _usage("--engine-arg is for --engine beam; use --conf for Spark")
+            return exits.fail(COMMAND, "--master/--conf are Spark options; pass Beam options with --engine-arg")
+        return run_beam(args, list(args.engine_arg))
+    if args.engine_arg:
+        return exits.fail(COMMAND, "--engine-arg is for --engine beam; use --conf for Spark")
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            return _usage(f"--conf expects KEY=VALUE, got {item!r}")
+            return exits.fail(COMMAND, f"--conf expects KEY=VALUE, got {item!r}")
         conf[key.strip()] = value
-    code = execute_checked(args)
-    if code is not None:
+    plan, code = _plan(args)
+    if plan is None:
         return code
-    options = opts.from_args(args)
-    if args.engine == "beam":
-        return run_beam(options, list(args.engine_arg), debug=args.debug)
     # Executors in local mode start this interpreter (which has pyarrow, numpy, ...).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import SparkConf
@@ -267,6 +231,6 @@ def run(args: argparse.Namespace) -> int:
 
             from tfrecord_io.engines.spark import package_zip
             spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp(prefix="tfrecord-io-")))
-        return run_spark(spark, options, debug=args.debug)
+        return run_spark(spark, plan, debug=args.debug)
     finally:
         spark.stop()

@@ -30,9 +30,9 @@ INT_RANGES = {"hour": (0, 24), "weekday": (0, 7), "month": (1, 13), "passengers"
 
 def taxi_schema():
     """The demo schema (``conf/taxi.yaml``)."""
-    from tfrecord_io.core.schema import Schema
+    from tfrecord_io.storage.schema_io import load_schema
 
-    return Schema.load(str(TAXI_SCHEMA))
+    return load_schema(str(TAXI_SCHEMA))
 
 
 def demo_rows(start: int, n: int, seed: int = 0):
@@ -88,8 +88,9 @@ def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
 
     if not hasattr(schema, "features"):
         from tfrecord_io.core.schema import Schema
+        from tfrecord_io.storage.schema_io import load_schema
 
-        schema = Schema.load(schema) if isinstance(schema, (str, Path)) else Schema.from_dict(schema)
+        schema = load_schema(schema) if isinstance(schema, (str, Path)) else Schema.from_dict(schema)
     if schema.record_type != "example" or schema.label is None:
         raise ValueError("the demo model needs an example schema with a label")
     names = [f.name for f in schema.features

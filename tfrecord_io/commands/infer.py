@@ -20,10 +20,10 @@ import argparse
 import csv
 import io
 import json
-import sys
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from tfrecord_io.commands import exits
 from tfrecord_io.storage import inputs
 
 from tfrecord_io.core import values
@@ -262,7 +262,6 @@ def run(args: argparse.Namespace) -> int:
         tokens = NULL_TOKENS if args.null_values is None else tuple(args.null_values.split(","))
         columns = infer_columns(args.input, args.input_format, args.sample_rows, options, tokens)
     except (OSError, ValueError) as e:
-        print(f"tfrecord-io infer-schema: error: {e}", file=sys.stderr)
-        return 2
+        return exits.fail("infer-schema", str(e))
     print(schema_yaml(columns, args.input_format, options, args.sample_rows), end="")
-    return 0
+    return exits.OK

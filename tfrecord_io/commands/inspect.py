@@ -1,8 +1,7 @@
-"""``tfrecord-io inspect``, and what a SOURCE is for inspect, verify and stats.
+"""``tfrecord-io inspect``: a SOURCE's files, record count, schema and first records.
 
-A SOURCE is an output directory, any directory, a glob or a file, local or ``hdfs://``, with a
-file's compression from the manifest, ``--compression``, its extension or its first bytes: see
-:mod:`tfrecord_io.storage.sources`, which resolves sources for every reader.
+A SOURCE is an output directory, any directory, a glob or a file, local or ``hdfs://``
+(:mod:`tfrecord_io.commands.reading`).
 
 ``inspect`` prints the files, the record count (the manifest's, or counted by reading
 every file), the schema (the manifest's, or inferred from the first ``--sample`` records:
@@ -25,214 +24,19 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import multiprocessing
-import os
 import sys
-from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator
 
+from tfrecord_io.commands import exits
+from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.core.decode import RecordDecodeError, decode_record, record_to_json
-from tfrecord_io.storage import sources
+from tfrecord_io.core.record_schema import describe_records
 from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
-from tfrecord_io.commands.progress import Progress, progress_enabled
 
-__all__ = [
-    "SourceFile", "Source", "resolve_source", "iter_file_records", "map_files",
-    "infer_from_records", "configure", "run",
-]
+__all__ = ["configure", "inspect_source", "render_text", "run"]
 
 DEFAULT_HEAD = 5
 DEFAULT_SAMPLE = 1000
-
-
-def resolve_source(uri: str, *, compression: str | None = None, schema_uri: str | None = None) -> Source:
-    """A SOURCE as the diagnostic commands see it: anything, committed or not, with every file's
-    size, and compression sniffed where the name implies none (:mod:`tfrecord_io.storage.sources`)."""
-    return sources.resolve_source(uri, compression=compression, schema=schema_uri or None, sniff=True, sizes=True)
-
-
-# ---------------------------------------------------------------------------------------
-# Work over files: inline, or a process pool, with a progress bar
-# ---------------------------------------------------------------------------------------
-_WORKER_QUEUE = None
-
-
-def _init_worker(queue) -> None:
-    global _WORKER_QUEUE
-    _WORKER_QUEUE = queue
-
-
-class _QueueReporter:
-    """Batches byte counts from a worker to the parent (at most one message per MiB)."""
-
-    def __init__(self, queue):
-        self.queue, self.pending = queue, 0
-
-    def __call__(self, n: int) -> None:
-        self.pending += n
-        if self.pending >= 1 << 20:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending and self.queue is not None:
-            self.queue.put(self.pending)
-        self.pending = 0
-
-
-def _run_in_worker(fn: Callable, item: Any, context: Any) -> Any:
-    reporter = _QueueReporter(_WORKER_QUEUE)
-    try:
-        return fn(item, context, reporter if _WORKER_QUEUE is not None else None)
-    finally:
-        reporter.flush()
-
-
-#: Below this many bytes in all, work runs in this process: starting workers would cost more.
-PARALLEL_MIN_BYTES = 32 << 20
-
-
-def default_workers(files: Sequence[SourceFile]) -> int:
-    """One process per file, at most the CPU count; one in all for small sources."""
-    if sum(f.size or 0 for f in files) < PARALLEL_MIN_BYTES:
-        return 1
-    return max(1, min(len(files), os.cpu_count() or 1))
-
-
-def map_files(fn: Callable[[SourceFile, Any, Callable[[int], None] | None], Any], files: Sequence[SourceFile],
-              *, context: Any = None, workers: int | None = None, label: str = "reading",
-              progress: bool | None = None) -> list:
-    """``[fn(file, context, report) for file in files]``, in a process pool when ``workers > 1``
-    (default: :func:`default_workers`).
-
-    ``fn`` must be a module-level function and ``context`` picklable (both go to
-    ``spawn``-ed workers, which import no TensorFlow); ``report(nbytes)`` feeds the progress
-    bar and is None when no bar is drawn.  Results come back in the order of ``files``; the first exception raised
-    by any ``fn`` is re-raised here (the rest of the work is cancelled).
-    """
-    workers = default_workers(files) if workers is None else max(1, int(workers))
-    show = progress_enabled() if progress is None else progress
-    total = sum(f.size or 0 for f in files)
-    with Progress(label, total, len(files), enabled=show) as bar:
-        if workers == 1 or len(files) <= 1:
-            results = []
-            for f in files:
-                results.append(fn(f, context, bar.advance if show else None))
-                bar.file_done()
-            return results
-        ctx = multiprocessing.get_context("spawn")
-        queue = ctx.Queue() if show else None
-        results: list = [None] * len(files)
-        with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx,
-                                 initializer=_init_worker, initargs=(queue,)) as pool:
-            futures = {pool.submit(_run_in_worker, fn, f, context): i for i, f in enumerate(files)}
-            pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                    if queue is not None:
-                        _drain(queue, bar)
-                    for fut in done:
-                        results[futures[fut]] = fut.result()
-                        bar.file_done()
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                raise
-            if queue is not None:
-                _drain(queue, bar)
-        return results
-
-
-def _drain(queue, bar: Progress) -> None:
-    import queue as queue_module
-
-    while True:
-        try:
-            bar.advance(queue.get_nowait())
-        except queue_module.Empty:
-            return
-
-
-# ---------------------------------------------------------------------------------------
-# Schema inference from records
-# ---------------------------------------------------------------------------------------
-@dataclass
-class _Seen:
-    kinds: Counter = field(default_factory=Counter)
-    present: int = 0
-    min_values: int | None = None
-    max_values: int | None = None
-    min_steps: int | None = None
-    max_steps: int | None = None
-    utf8: bool = True
-
-    def values(self, n: int) -> None:
-        self.min_values = n if self.min_values is None else min(self.min_values, n)
-        self.max_values = n if self.max_values is None else max(self.max_values, n)
-
-    def steps(self, n: int) -> None:
-        self.min_steps = n if self.min_steps is None else min(self.min_steps, n)
-        self.max_steps = n if self.max_steps is None else max(self.max_steps, n)
-
-    def feature(self, kind: str | None, values: list) -> None:
-        self.kinds[str(kind)] += 1
-        self.values(len(values))
-        if kind == "bytes_list" and self.utf8:
-            try:
-                for v in values:
-                    v.decode("utf-8")
-            except UnicodeDecodeError:
-                self.utf8 = False
-
-    def describe(self, name: str, records: int, sequence: bool) -> dict:
-        kinds = {k: n for k, n in self.kinds.most_common()}
-        out: dict[str, Any] = {"name": name, "kinds": kinds, "present": self.present, "records": records}
-        if sequence:
-            out["steps"] = [self.min_steps, self.max_steps]
-        out["values"] = [self.min_values, self.max_values]
-        main = next(iter(kinds), "None")
-        guess_type = {"int64_list": "int64", "float_list": "float"}.get(
-            main, "string" if self.utf8 else "bytes") if main != "None" else None
-        out["type"] = guess_type
-        if self.min_values is not None and self.min_values == self.max_values and self.min_values >= 1:
-            out["shape"] = None if self.min_values == 1 else [self.min_values]
-        else:
-            out["shape"] = [-1]
-        return out
-
-
-def infer_from_records(decoded: Sequence, *, sequence: bool | None = None) -> dict:
-    """Describe the features seen in decoded records (an inferred schema).
-
-    ``decoded`` holds :class:`DecodedRecord` objects (undecodable records left out).
-    Returns ``{"record_type", "records", "features": [...], "feature_lists": [...]}``; each
-    feature has its ``kinds`` (with counts), ``present`` (records that have it), ``values``
-    ([min, max] values per feature, or per step) and a guessed schema ``type`` and ``shape``
-    (``null`` = scalar).  Sequence features also have ``steps`` ([min, max]).
-    """
-    if sequence is None:
-        sequence = any(r.is_sequence for r in decoded)
-    feats: dict[str, _Seen] = {}
-    lists: dict[str, _Seen] = {}
-    for r in decoded:
-        for name, (kind, values) in r.features.items():
-            s = feats.setdefault(name, _Seen())
-            s.present += 1
-            s.feature(kind, values)
-        for name, steps in (r.feature_lists or {}).items():
-            s = lists.setdefault(name, _Seen())
-            s.present += 1
-            s.steps(len(steps))
-            for kind, values in steps:
-                s.feature(kind, values)
-    n = len(decoded)
-    out = {"record_type": "sequence_example" if sequence else "example", "records": n,
-           "features": [feats[k].describe(k, n, False) for k in sorted(feats)]}
-    if sequence:
-        out["feature_lists"] = [lists[k].describe(k, n, True) for k in sorted(lists)]
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,7 +109,7 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
         sequence = source.schema.record_type == "sequence_example"
         order = [f.name for f in source.schema.input_features]
     else:
-        inferred = infer_from_records(decoded)
+        inferred = describe_records(decoded)
         sequence = inferred["record_type"] == "sequence_example"
         out["record_type"] = inferred["record_type"] if decoded else None
         out["record_type_from"] = "records"
@@ -440,15 +244,6 @@ def render_text(info: dict) -> str:
 
 
 # -- command line ----------------------------------------------------------------------------
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE",
-                        help="an output directory, any directory of TFRecord files, a glob, or one file; "
-                             "local path, file:// or hdfs://")
-    parser.add_argument("--compression", choices=("auto", "none", "gzip", "zlib"), default="auto",
-                        help="compression of files without a manifest (default: from the extension, "
-                             "else sniffed from the first bytes)")
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
@@ -468,18 +263,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.head < 0 or args.sample < 0:
-        print("tfrecord-io inspect: error: --head and --sample must be >= 0", file=sys.stderr)
-        return 2
+        return exits.fail("inspect", "--head and --sample must be >= 0")
     try:
         source = resolve_source(args.source, compression=args.compression)
         info = inspect_source(source, head=args.head, sample=args.sample, workers=args.workers)
-    except (OSError, ValueError, TypeError) as e:  # CorruptRecordError is a ValueError
-        print(f"tfrecord-io inspect: error: {e}", file=sys.stderr)
-        from tfrecord_io.core.framing import CorruptRecordError
-
-        return 1 if isinstance(e, CorruptRecordError) else 2  # read and failed / cannot read the source
+    except (OSError, ValueError, TypeError) as e:  # a corrupt record: 1; cannot read the source: 2
+        return exits.report("inspect", e)
     if args.json:
         print(json.dumps(info, ensure_ascii=False, indent=2))
     else:
         sys.stdout.write(render_text(info))
-    return 0
+    return exits.OK

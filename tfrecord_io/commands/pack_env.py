@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tfrecord_io.commands import exits
+
 #: Beyond the core requirements: pandas (pinned as in the ``[spark]`` extra), which PySpark 4.3
 #: requires in the *driver* of a job that calls ``mapInArrow`` ("[PACKAGE_NOT_INSTALLED] Pandas >=
 #: 2.2.0 must be installed"); executors' Python workers run without it.
@@ -129,9 +131,7 @@ def _prune(site: Path) -> None:
 
 
 def _copy_package(site: Path) -> None:
-    import tfrecord_io
-
-    root = Path(tfrecord_io.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the tfrecord_io package
     shutil.copytree(root, site / "tfrecord_io", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
@@ -186,16 +186,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         info = build(args.output, python=args.python, package=not args.no_package, extra=args.extra,
                      overwrite=args.overwrite, log=lambda m: print(m, file=sys.stderr))
-    except FileExistsError as e:
-        print(f"tfrecord-io pack-env: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"tfrecord-io pack-env: {e}", file=sys.stderr)
-        return 2
+    except (FileExistsError, ValueError) as e:
+        return exits.fail("pack-env", str(e), exits.USAGE)
     except PackEnvError as e:
-        print(f"tfrecord-io pack-env: {e}", file=sys.stderr)
-        return 1
+        return exits.fail("pack-env", str(e), exits.FAILED)
     print(f"{info['path']}: {info['bytes'] / 2**20:.1f} MiB ({info['unpacked_bytes'] / 2**20:.0f} MiB unpacked), "
           f"Python {info['python']}, {' '.join(info['requirements'])}"
           f"{' + tfrecord_io' if info['package'] else ''}, built in {info['seconds']}s")
-    return 0
+    return exits.OK

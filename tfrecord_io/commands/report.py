@@ -306,9 +306,23 @@ def _feature_section(plt, e: dict, alpha: float) -> str:
     return "\n".join(parts)
 
 
-def _overview_table(info: dict) -> str:
-    from tfrecord_io.commands.stats import overview
+def overview(info: dict) -> list[dict]:
+    """One row per feature: tag, kind, % missing, distinct, min, max, mean (None where unknown)."""
+    rows = []
+    decodable = max(info["records"] - info.get("undecodable", 0), 0)
+    for e in info["features"]:
+        n, s = e.get("numbers"), e.get("strings")
+        rows.append({
+            "tag": e["tag"], "kind": e["kind"],
+            "missing_pct": 100.0 * e["missing"] / decodable if decodable else None,
+            "distinct": (s or {}).get("distinct") if s else (n or {}).get("distinct"),
+            "distinct_exact": bool((s or n or {}).get("exact")),
+            "min": (n or {}).get("min"), "max": (n or {}).get("max"), "mean": (n or {}).get("mean"),
+        })
+    return rows
 
+
+def _overview_table(info: dict) -> str:
     def cell(v) -> str:
         return "-" if v is None else format_number(v)
 

@@ -71,6 +71,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from tfrecord_io.commands import exits
+from tfrecord_io.commands.reading import add_source_arguments, resolve_source
+from tfrecord_io.commands.report import overview
+
 __all__ = [
     "EXACT_LIMIT", "SKETCH_ALPHA", "SKETCH_MAX_BINS", "TOP_CAPACITY", "QUANTILES", "HISTOGRAM_BUCKETS", "INTEGER_BARS",
     "LogSketch", "NumericSummary", "StringSummary", "FeatureStats", "SourceStats",
@@ -566,8 +570,8 @@ def file_stats(file, _context, report) -> SourceStats:
 
 
 def compute_stats(source, *, workers: int | None = None, progress: bool | None = None) -> SourceStats:
-    """Statistics of a resolved source (:func:`tfrecord_io.commands.inspect.resolve_source`)."""
-    from tfrecord_io.commands.inspect import map_files
+    """Statistics of a resolved source (:func:`tfrecord_io.commands.reading.resolve_source`)."""
+    from tfrecord_io.commands.reading import map_files
 
     missing = [f.name for f in source.files if f.size is None]
     if missing:
@@ -638,22 +642,6 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
-
-
-def overview(info: dict) -> list[dict]:
-    """One row per feature: tag, kind, % missing, distinct, min, max, mean (None where unknown)."""
-    rows = []
-    decodable = max(info["records"] - info.get("undecodable", 0), 0)
-    for e in info["features"]:
-        n, s = e.get("numbers"), e.get("strings")
-        rows.append({
-            "tag": e["tag"], "kind": e["kind"],
-            "missing_pct": 100.0 * e["missing"] / decodable if decodable else None,
-            "distinct": (s or {}).get("distinct") if s else (n or {}).get("distinct"),
-            "distinct_exact": bool((s or n or {}).get("exact")),
-            "min": (n or {}).get("min"), "max": (n or {}).get("max"), "mean": (n or {}).get("mean"),
-        })
-    return rows
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -764,8 +752,6 @@ def render_text(info: dict) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from tfrecord_io.commands.inspect import add_source_arguments
-
     add_source_arguments(parser)
     parser.add_argument("--logdir", required=True, metavar="DIR",
                         help="write TensorBoard summaries here (a local directory; view with "
@@ -781,7 +767,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tfrecord_io.commands.inspect import resolve_source
     from tfrecord_io.commands.report import check_logdir, render_report, write_summaries
 
     compare_to = getattr(args, "compare", None)
@@ -803,8 +788,7 @@ def run(args: argparse.Namespace) -> int:
             with fs.open(args.report, "wb") as f:
                 f.write(html.encode("utf-8"))
     except (OSError, ValueError, TypeError) as e:
-        print(f"tfrecord-io stats: error: {e}", file=sys.stderr)
-        return 2  # the source cannot be read (the CLI contract: usage or unreadable source)
+        return exits.fail("stats", str(e), exits.USAGE)  # the source cannot be read
     if other is not None:
         rows = compare(info, info_b)
         if args.json:
@@ -828,10 +812,10 @@ def _check_counts(records: int, source) -> int:
     when there is nothing to describe."""
     listed = [f.records for f in source.files]
     if source.manifest is not None and None not in listed and sum(listed) != records:
-        print(f"tfrecord-io stats: error: {source.uri}: _manifest.json says {sum(listed)} records, the files hold "
-              f"{records}: the statistics describe the files; run `tfrecord-io verify {source.uri}`", file=sys.stderr)
-        return 3
+        return exits.fail("stats", f"{source.uri}: _manifest.json says {sum(listed)} records, the files hold "
+                                   f"{records}: the statistics describe the files; run `tfrecord-io verify "
+                                   f"{source.uri}`", exits.PROBLEMS)
     if records == 0:
-        print(f"tfrecord-io stats: warning: {source.uri} holds no records ({len(source.files)} file(s)): "
-              f"there is nothing to describe", file=sys.stderr)
-    return 0
+        exits.error("stats", f"{source.uri} holds no records ({len(source.files)} file(s)): there is nothing to "
+                             f"describe", kind="warning")
+    return exits.OK

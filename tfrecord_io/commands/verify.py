@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from tfrecord_io.storage import fs
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.framing import CorruptRecordError
-from tfrecord_io.commands.inspect import add_source_arguments, map_files, resolve_source
+from tfrecord_io.commands import exits
+from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, TEMPORARY
 
@@ -359,10 +360,9 @@ def run(args: argparse.Namespace) -> int:
         source = resolve_source(args.source, compression=args.compression, schema_uri=args.schema)
         result = verify_source(source, workers=args.workers, max_listed=max(1, args.max_problems))
     except (OSError, ValueError, TypeError) as e:
-        print(f"tfrecord-io verify: error: {e}", file=sys.stderr)
-        return 2
+        return exits.fail("verify", str(e), exits.USAGE)  # the source cannot be read
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:
         sys.stdout.write(render_text(result))
-    return 0 if result.ok else 3  # problems found (the CLI contract: tfrecord_io.commands.convert)
+    return exits.OK if result.ok else exits.PROBLEMS

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from tfrecord_io.storage.output import DEFAULT_MAX_REJECT_FRACTION
 from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.storage.schema_io import load_schema
 
-__all__ = ["ConversionError", "ConversionOptions", "DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_SHARD",
+__all__ = ["ConversionOptions", "DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_SHARD",
            "DEFAULT_MAX_REJECT_FRACTION", "DEFAULT_MAX_STEPS", "FORMATS", "MAX_AUTO_SHARDS", "add_arguments",
-           "default_num_shards", "from_args"]
+           "check_fraction", "default_num_shards", "from_args"]
 
 FORMATS = ("csv", "json", "parquet", "orc", "table")
 TEXT_FORMATS = ("csv", "json")  # what every engine parses; the others are read by Spark (the job only)
@@ -30,10 +31,6 @@ DEFAULT_MAX_STEPS = 10_000
 DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 MAX_AUTO_SHARDS = 1000
-
-
-class ConversionError(RuntimeError):
-    """The conversion started and failed (a task, a worker, the commit): exit status 1."""
 
 
 def default_num_shards(input_bytes: int, bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD) -> int:
@@ -47,6 +44,20 @@ def _absolute(uri: str) -> str:
     if "://" in uri or uri.startswith("file:"):
         return uri
     return os.path.abspath(uri)
+
+
+def check_fraction(value, flag: str) -> float:
+    """``value`` as a fraction from 0 to 1; ValueError naming ``flag`` otherwise (strings are parsed:
+    Spark's options are strings)."""
+    f = value
+    if isinstance(f, str):
+        try:
+            f = float(f)
+        except ValueError:
+            raise ValueError(f"{flag} must be a number from 0 to 1, got {value!r}") from None
+    if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f <= 1.0:
+        raise ValueError(f"{flag} must be a number from 0 to 1, got {value!r}")
+    return float(f)
 
 
 def _positive_int(value, flag: str) -> None:
@@ -136,9 +147,9 @@ class ConversionOptions:
         object.__setattr__(self, "compression", normalize_compression(self.compression))
         if self.num_shards is not None:
             _positive_int(self.num_shards, "--num-shards")
-        f = self.max_reject_fraction
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f <= 1.0:
-            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {f!r}")
+        if isinstance(self.max_reject_fraction, str):
+            raise ValueError(f"--max-reject-fraction must be a number from 0 to 1, got {self.max_reject_fraction!r}")
+        check_fraction(self.max_reject_fraction, "--max-reject-fraction")
         _positive_int(self.max_steps, "--max-steps")
         _positive_int(self.bytes_per_shard, "bytes_per_shard")
         if not isinstance(self.block_size, int) or self.block_size < 1024:
@@ -183,7 +194,7 @@ class ConversionOptions:
             schema = self.schema
         else:
             try:
-                schema = Schema.load(self.schema)
+                schema = load_schema(self.schema)
             except FileNotFoundError as e:
                 raise SchemaError(f"schema file {self.schema} does not exist") from e
         if schema.record_type == "sequence_example" and not schema.group_by and self.input_format in TEXT_FORMATS:

@@ -13,8 +13,9 @@ Sequence-example schemas name ``group_by`` (rows with the same key form one
 record), ``order_by`` (step order) and use ``context:`` / ``sequence:`` lists
 instead of ``features:``.
 
-This module is pure Python: Arrow, Spark and TensorFlow types are derived on
-request, each importing its engine only inside the method that needs it.
+This module is pure: it parses YAML text (:func:`tfrecord_io.storage.schema_io.load_schema`
+reads it from a path or URI) and derives the Arrow types the encoder takes; the loader's
+TensorFlow parse spec is :func:`tfrecord_io.engines.tfdata.parse_spec`.
 """
 
 from __future__ import annotations
@@ -186,18 +187,13 @@ class Feature:
             return v.encode("utf-8")
         return v
 
-    # -- engine types --------------------------------------------------------------------
+    # -- Arrow ----------------------------------------------------------------------------
     def arrow_type(self):
         """The Arrow type the encoder expects for this feature's column."""
         import pyarrow as pa
 
         scalar = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.binary(), "string": pa.string()}[self.type]
         return pa.list_(scalar) if self.is_list else scalar
-
-    def tf_dtype(self):
-        import tensorflow as tf
-
-        return {"int64": tf.int64, "float": tf.float32}.get(self.type, tf.string)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}
@@ -353,21 +349,6 @@ class Schema:
         except SchemaError as e:
             raise SchemaError(f"{source}: {e}") from e
 
-    @classmethod
-    def load(cls, path_or_uri: str) -> "Schema":
-        """Read a YAML schema from a local path, ``file://`` or ``hdfs://`` URI."""
-        from tfrecord_io.storage import fs
-
-        with fs.open(str(path_or_uri), "rb") as f:
-            data = f.read(MAX_SCHEMA_BYTES + 1)
-        if len(data) > MAX_SCHEMA_BYTES:
-            raise SchemaError(f"{path_or_uri}: more than {MAX_SCHEMA_BYTES} bytes; a schema is a few KiB")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SchemaError(f"{path_or_uri}: not UTF-8 text ({e})") from e
-        return cls.from_yaml(text, source=str(path_or_uri))
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"record_type": self.record_type}
         if self.record_type == "example":
@@ -403,58 +384,10 @@ class Schema:
                 return f
         raise KeyError(f"no feature named {_show(name)}; features: {[f.name for f in self.input_features]}")
 
-    # -- derived engine schemas -----------------------------------------------------------
+    # -- Arrow ----------------------------------------------------------------------------
     def arrow_schema(self):
         """Arrow schema of the *input rows* the encoder accepts (one row per input line)."""
         import pyarrow as pa
 
         return pa.schema([pa.field(f.name, f.arrow_type(), nullable=not f.required)
                           for f in self.input_features])
-
-    def spark_schema(self, input_format: str = "json"):
-        """The ``StructType`` Spark reads CSV or JSON input with (no inference pass).
-
-        CSV cells are text, so a list feature read from CSV is a string column split on
-        its ``separator`` afterwards; JSON carries lists natively as arrays.
-        """
-        from pyspark.sql import types as T
-
-        scalar = {"int64": T.LongType(), "float": T.FloatType(), "bytes": T.BinaryType(), "string": T.StringType()}
-        if input_format == "csv":
-            scalar = dict(scalar, bytes=T.StringType())  # CSV cells are text; bytes columns hold their UTF-8
-        fields = []
-        for f in self.input_features:
-            if f.is_list:
-                dtype = T.StringType() if input_format == "csv" else T.ArrayType(scalar[f.type], True)
-            else:
-                dtype = scalar[f.type]
-            fields.append(T.StructField(f.name, dtype, True))
-        return T.StructType(fields)
-
-    def parse_spec(self):
-        """The ``tf.io.parse_example`` spec, or ``(context, sequence)`` specs for sequence examples.
-
-        Scalars are ``FixedLenFeature([])`` (with the schema default when given: a record
-        missing a scalar with no default fails to parse, naming the feature); ``[k]`` lists
-        are ``FixedLenFeature([k])``; ``[-1]`` lists are ``RaggedFeature``.  Sequence
-        features are ``FixedLenSequenceFeature`` (scalar/[k] steps) or ``RaggedFeature``.
-        """
-        import tensorflow as tf
-
-        def spec(f: Feature, in_sequence: bool = False):
-            dtype = f.tf_dtype()
-            if f.is_varlen:
-                return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
-            shape = [] if f.shape is None else list(f.shape)
-            if in_sequence:
-                return tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing=True)
-            default = f.default
-            if isinstance(default, tuple):
-                default = list(default)
-            return tf.io.FixedLenFeature(shape, dtype, default_value=default)
-
-        if self.record_type == "example":
-            return {f.name: spec(f) for f in self.features}
-        return ({f.name: spec(f) for f in self.context},
-                {f.name: spec(f, in_sequence=True) for f in self.sequence})
-

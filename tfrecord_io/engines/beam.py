@@ -38,22 +38,15 @@ calls :func:`tfrecord_io.storage.output.commit`, which moves exactly those files
 ``_temporary`` (with any failed or duplicate attempts), checks the reject fraction and
 writes ``_manifest.json`` and then ``_SUCCESS``.
 
-Filesystems: bulk data goes through Beam's own FileSystems on the workers -- input files are
-read and shard/reject/report files written through ``apache_beam.io.filesystems`` (Beam's
-``HadoopFileSystem`` over WebHDFS for ``hdfs://``, configured by ``--hdfs_host``,
-``--hdfs_port`` (the NameNode's *HTTP* port) and ``--hdfs_user``).  Metadata on the driver --
-listing the inputs, refusing/clearing the output, the commit's renames and deletes, the
-manifest and ``_SUCCESS`` -- goes through :mod:`tfrecord_io.storage.fs` (hdfs-native RPC), the same
-code the Spark driver uses, so both engines read the same files and commit identically.
-URIs are always full ``hdfs://namenode:rpc-port/path`` URIs (as for Spark); Beam's client
-(``hdfs_full_urls``, which this module sets itself) ignores their authority and talks to
-``--hdfs_host:--hdfs_port``, so the driver checks that both see the output directory before
-starting.  Without ``--hdfs_*`` options the WebHDFS
-address comes from ``$HADOOP_CONF_DIR/hdfs-site.xml`` (``dfs.namenode.http-address``) and
-the user from ``HADOOP_USER_NAME`` or the OS user.
+Filesystems: workers and driver alike read and write through :mod:`tfrecord_io.storage.fs`
+(local paths, ``file://``, and ``hdfs://`` over native RPC with hdfs-native), the code the Spark
+job uses, so both engines read the same files, write the same bytes, commit identically and take
+HDFS credentials the same way.  ``hdfs://`` URIs name their NameNode (or a nameservice of
+``HADOOP_CONF_DIR``); Beam's WebHDFS options ``--hdfs_host``/``--hdfs_port`` are not used, and
+``--hdfs_user`` acts as ``HADOOP_USER_NAME`` (simple authentication) on the driver and the workers
+when that is not set.
 
-Runner-agnostic: transforms carry everything they need (schema, output URI, HDFS settings)
-and pickle; they read no driver state and use no local temp paths.  Beam 2.77's
+Runner-agnostic: transforms carry everything they need (the plan, the HDFS user) and pickle; they read no driver state and use no local temp paths.  Beam 2.77's
 ``DirectRunner`` is a ``SwitchingDirectRunner`` that first tries Prism (downloading a binary)
 and falls back to the in-process ``FnApiRunner``, saying so at INFO only; pass
 ``--runner=FnApiRunner`` to skip the Prism attempt.  :func:`runner_that_ran` tells from the
@@ -76,14 +69,12 @@ still never read whole).  See :mod:`tfrecord_io.conversion.parsing` for every pa
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import json
 import logging
 import os
 import re
 import time
 import uuid
-import xml.etree.ElementTree as ET
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -99,15 +90,16 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io.conversion import columns, grouping, parsing
-
-from tfrecord_io.storage import fs, inputs, output
+from tfrecord_io.conversion import grouping, parsing
+from tfrecord_io.conversion.failure import ConversionError, worker_error
+from tfrecord_io.conversion.options import ConversionOptions
+from tfrecord_io.conversion.plan import Plan, plan_conversion
 from tfrecord_io.core.codec import encode_examples, present_counts
-from tfrecord_io.conversion.options import ConversionError, ConversionOptions, default_num_shards
 from tfrecord_io.core.schema import Schema
+from tfrecord_io.storage import fs, inputs, output
 
 __all__ = [
-    "BeamFiles", "ConversionOptions", "ConversionResult", "JAVA_RUNNER_OPTIONS", "METRICS_NAMESPACE",
+    "ConversionOptions", "ConversionResult", "JAVA_RUNNER_OPTIONS", "METRICS_NAMESPACE", "Plan",
     "build_pipeline", "pipeline_options", "run_conversion", "runner_that_ran",
 ]
 
@@ -176,127 +168,32 @@ def pipeline_options(args: Sequence[str]) -> PipelineOptions:
 
 
 # ---------------------------------------------------------------------------------------
-# Beam's FileSystems with explicit settings
-# ---------------------------------------------------------------------------------------
-class BeamFiles:
-    """Beam FileSystems for local paths, ``file://`` and ``hdfs://`` URIs; picklable.
-
-    Carries the WebHDFS settings itself instead of relying on the pipeline options a runner
-    may or may not hand to its workers, and builds ``HadoopFileSystem`` once per process.
-    Paths in and out are in our spelling (full ``hdfs://host:port/path``, ``file://``).
-    """
-
-    def __init__(self, hdfs_host: str | None = None, hdfs_port: int | None = None, hdfs_user: str | None = None):
-        self.hdfs_host, self.hdfs_port, self.hdfs_user = hdfs_host, hdfs_port, hdfs_user
-        self._hdfs = None
-
-    def __getstate__(self):
-        return {"hdfs_host": self.hdfs_host, "hdfs_port": self.hdfs_port, "hdfs_user": self.hdfs_user}
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def __repr__(self):
-        return f"BeamFiles(hdfs={self.hdfs_host}:{self.hdfs_port}, user={self.hdfs_user})"
-
-    @property
-    def has_hdfs(self) -> bool:
-        return bool(self.hdfs_host and self.hdfs_port and self.hdfs_user)
-
-    def _filesystem(self, uri: str):
-        """(Beam FileSystem, the path in Beam's spelling) for ``uri``."""
-        if uri.startswith("hdfs://"):
-            if not self.has_hdfs:
-                raise ValueError(f"{uri}: hdfs:// needs --hdfs_host, --hdfs_port (the NameNode's WebHDFS "
-                                 f"HTTP port) and --hdfs_user, or HADOOP_CONF_DIR with dfs.namenode.http-address")
-            if self._hdfs is None:
-                from apache_beam.io.hadoopfilesystem import HadoopFileSystem
-
-                self._hdfs = HadoopFileSystem(PipelineOptions(
-                    hdfs_host=self.hdfs_host, hdfs_port=int(self.hdfs_port), hdfs_user=self.hdfs_user,
-                    hdfs_full_urls=True))
-            # Beam's full-URL form needs an authority; ours may be empty (hdfs:///path).
-            return self._hdfs, ("hdfs://_" + uri[len("hdfs://"):] if uri.startswith("hdfs:///") else uri)
-        from apache_beam.io.localfilesystem import LocalFileSystem
-
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
-        return LocalFileSystem(None), path
-
-    def open(self, uri: str, mode: str = "rb"):
-        """``"rb"`` or ``"wb"``, raw bytes: input files are decompressed by
-        :func:`tfrecord_io.storage.inputs.open_input` (strict about truncation, unlike Beam's
-        ``CompressionTypes.AUTO``), TFRecords compressed by the writer."""
-        from apache_beam.io.filesystem import CompressionTypes
-
-        filesystem, path = self._filesystem(uri)
-        if mode == "rb":
-            return filesystem.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        if mode == "wb":
-            if filesystem.exists(path):
-                filesystem.delete([path])
-            return filesystem.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        raise ValueError(f"{uri}: unsupported mode {mode!r}")
-
-    def exists(self, uri: str) -> bool:
-        filesystem, path = self._filesystem(uri)
-        return filesystem.exists(path)
-
-    def size(self, uri: str) -> int:
-        filesystem, path = self._filesystem(uri)
-        return filesystem.size(path)
-
-    def read_bytes(self, uri: str) -> bytes:
-        with self.open(uri, "rb") as f:
-            return f.read()
-
-    def write_bytes(self, uri: str, data: bytes) -> None:
-        with self.open(uri, "wb") as f:
-            f.write(data)
-
-    @classmethod
-    def from_options(cls, options: PipelineOptions, uris: Iterable[str] = ()) -> "BeamFiles":
-        """From ``--hdfs_host/--hdfs_port/--hdfs_user``; for hdfs:// URIs without them, from
-        ``$HADOOP_CONF_DIR`` (``dfs.namenode.http-address``) and ``HADOOP_USER_NAME`` / the OS user."""
-        hdfs = options.view_as(HadoopFileSystemOptions)
-        host, port, user = hdfs.hdfs_host, hdfs.hdfs_port, hdfs.hdfs_user
-        if any(u.startswith("hdfs://") for u in uris) and not (host and port):
-            address = _webhdfs_address_from_conf()
-            if address:
-                host, port = address
-        if (host and port) and not user:
-            user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-        return cls(host, int(port) if port else None, user)
-
-
-def _webhdfs_address_from_conf() -> tuple[str, int] | None:
-    conf_dir = os.environ.get("HADOOP_CONF_DIR")
-    if not conf_dir:
-        return None
-    try:
-        root = ET.parse(os.path.join(conf_dir, "hdfs-site.xml")).getroot()
-    except (OSError, ET.ParseError):
-        return None
-    for prop in root.iter("property"):
-        if (prop.findtext("name") or "").strip() == "dfs.namenode.http-address":
-            host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
-            if host and port.isdigit():
-                return host, int(port)
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# What the driver decides before the pipeline runs
+# What every transform carries
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Job:
-    """What every transform needs (picklable): the conversion, the run id, the filesystems."""
+    """What every transform needs (picklable): the plan, this run's id, the HDFS user, the faults."""
 
-    conv: ConversionOptions
-    schema: Schema
+    plan: Plan
     run_id: str
-    num_shards: int
-    files: BeamFiles
-    splits: object = None  # tfrecord_io.conversion.splits.Splits (--split), or None
+    hdfs_user: str | None = None  # --hdfs_user: HADOOP_USER_NAME where that is not set
+    faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
+
+    @property
+    def conv(self) -> ConversionOptions:
+        return self.plan.options
+
+    @property
+    def schema(self) -> Schema:
+        return self.plan.schema
+
+    @property
+    def num_shards(self) -> int:
+        return self.plan.num_shards
+
+    @property
+    def splits(self):
+        return self.plan.splits
 
     def attempt(self) -> str:
         return f"beam-{self.run_id}-{uuid.uuid4().hex[:12]}"
@@ -304,6 +201,17 @@ class _Job:
     @property
     def report_path(self) -> str:
         return fs.join(self.conv.output, output.TEMPORARY, f"beam-{self.run_id}.report.json")
+
+
+class _JobDoFn(beam.DoFn):
+    """A DoFn of the conversion: it acts as the job's HDFS user in whatever process it runs."""
+
+    def __init__(self, job: _Job):
+        self.job = job
+
+    def setup(self):
+        if self.job.hdfs_user:
+            os.environ.setdefault("HADOOP_USER_NAME", self.job.hdfs_user)
 
 
 # ---------------------------------------------------------------------------------------
@@ -340,7 +248,7 @@ def _global(value) -> WindowedValue:
 REJECTS_TAG, STATS_TAG = "rejects", "stats"
 
 
-class ReadFile(beam.DoFn):
+class ReadFile(_JobDoFn):
     """One input file -> parsed rows (see module doc), reject lists and its row count.
 
     Main output: Example records: ``(shard, ipc rows)`` slices; SequenceExample records:
@@ -350,12 +258,13 @@ class ReadFile(beam.DoFn):
     """
 
     def __init__(self, job: _Job):
-        self.job = job
+        super().__init__(job)
         self.rows_read = Metrics.counter(METRICS_NAMESPACE, "rows_read")
         self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
         self.files_read = Metrics.counter(METRICS_NAMESPACE, "files_read")
 
     def setup(self):
+        super().setup()
         self._next_shard = int.from_bytes(os.urandom(2), "little")
 
     def _shard(self) -> int:
@@ -369,7 +278,7 @@ class ReadFile(beam.DoFn):
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
         input_rows = 0
         split_by = self.job.splits.feature if self.job.splits is not None else None
-        with inputs.open_input(path, opener=self.job.files.open) as stream:
+        with inputs.open_input(path) as stream:
             for pb in parsing.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
                                              multiline=conv.multiline, keep_raw=sequence or bool(split_by),
                                              reject_values=keys):
@@ -456,7 +365,7 @@ def _shard_of(key, num_shards: int) -> int:
     return zlib.crc32(repr(key).encode("utf-8", "backslashreplace")) % num_shards
 
 
-class BuildSequenceExamples(beam.DoFn):
+class BuildSequenceExamples(_JobDoFn):
     """(group key, its rows) -> encoded SequenceExamples, keyed by the group's shard.
 
     The steps of each group are sorted here (see the module doc); whole groups are buffered
@@ -465,11 +374,12 @@ class BuildSequenceExamples(beam.DoFn):
     """
 
     def __init__(self, job: _Job):
-        self.job = job
+        super().__init__(job)
         self.rows_rejected = Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
         self.records_built = Metrics.counter(METRICS_NAMESPACE, "sequence_examples")
 
     def setup(self):
+        super().setup()
         schema = self.job.schema
         self._arrow = parsing.input_schema(schema)
         names = self._arrow.names
@@ -541,19 +451,17 @@ class BuildSequenceExamples(beam.DoFn):
         yield emit({"kind": "groups", "records": len(out.records), "rows": out.rows_in_records}, STATS_TAG)
 
 
-class WriteShard(beam.DoFn):
-    """(shard index, pieces) -> one TFRecord file in a fresh attempt dir, via Beam's FileSystems.
+class WriteShard(_JobDoFn):
+    """(shard index, pieces) -> one TFRecord file in a fresh attempt dir.
 
     Pieces are IPC bytes of typed rows (Example: encoded here) or of encoded records
     (SequenceExample); ``None`` pieces only make sure every shard index has an element.
     """
 
     def __init__(self, job: _Job):
-        self.job = job
+        super().__init__(job)
         self.records_written = Metrics.counter(METRICS_NAMESPACE, "records_written")
         self.bytes_written = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
-        # Fault injection (tests), read here on the driver: see _fail_first_attempt.
-        self.fail_first, self.driver_pid = os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "").strip(), os.getpid()
 
     def process(self, element):
         index, pieces = element
@@ -574,57 +482,27 @@ class WriteShard(beam.DoFn):
                     present.update(present_counts(batch, job.schema))
                 yield encode_examples(batch, job.schema) if example else batch.column(0)
 
-        if self.fail_first and (self.fail_first == "*" or str(index) in self.fail_first.split(",")):
-            records = _fail_first_attempt(records, job, index, self.driver_pid)
+        attempt = job.attempt()
+        encoded = records()
+        if job.faults is not None:
+            encoded = job.faults.around_write(encoded, output=job.conv.output, shard=index, attempt=attempt)
         name = output.shard_name(index, job.num_shards, job.conv.compression)
         if job.splits is None:
-            written = [output.write_shard(records(), job.conv.output, job.attempt(), name, job.conv.compression,
-                                          opener=job.files.open)]
+            written = [output.write_shard(encoded, job.conv.output, attempt, name, job.conv.compression)]
         else:
             def assigned():
-                for batch in records():
+                for batch in encoded:
                     which, _ = job.splits.assign(batch.to_pylist())  # null split features were rejected
                     yield batch, which
 
-            written = output.write_split_shards(assigned(), job.conv.output, job.attempt(),
+            written = output.write_split_shards(assigned(), job.conv.output, attempt,
                                                 [f"{split}/{name}" for split in job.splits.names],
-                                                job.conv.compression, opener=job.files.open)
+                                                job.conv.compression)
         for k, w in enumerate(written):
             self.records_written.inc(w.records)
             self.bytes_written.inc(w.bytes)
             counts = dict(present) if example and job.splits is None and k == 0 else None
             yield {"kind": "records", **output.written_file_dict(w), "present": counts}
-
-
-FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT"
-
-
-def _fail_first_attempt(records, job: _Job, index: int, driver_pid: int):
-    """Fault injection for runners that retry (Flink): with ``$TFRECORD_IO_BEAM_FAIL_FIRST_ATTEMPT``
-    = ``0,3`` (or ``*``) in the driver's environment, the first attempt of those shards' writes
-    fails right after its first batch of records went to the writer: a worker in its own process
-    dies (``os._exit``), a LOOPBACK worker (a thread of the driver) raises.  A marker under
-    ``_temporary`` (deleted by the commit) lets the retry write normally.  Returns a ``records``."""
-    return lambda: _after_first_batch_fail(records(), job, index, driver_pid)
-
-
-def _after_first_batch_fail(batches, job: _Job, index: int, driver_pid: int):
-    batches = iter(batches)
-    for batch in batches:
-        yield batch
-        marker = fs.join(job.conv.output, output.TEMPORARY, f"beam-{job.run_id}.failed-shard-{index}")
-        if job.files.exists(marker):
-            break
-        job.files.write_bytes(marker, b"")
-        import sys
-
-        sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: failing the first attempt of shard "
-                         f"{index} mid-write (pid {os.getpid()})\n")
-        sys.stderr.flush()
-        if os.getpid() != driver_pid:
-            os._exit(86)
-        raise RuntimeError(f"{FAIL_FIRST_ATTEMPT_ENV}: first attempt of shard {index} failed mid-write")
-    yield from batches
 
 
 SHUFFLE_HOLD_BYTES = 1 << 30  # rows of one shard held to be shuffled together (larger shards: by windows)
@@ -650,30 +528,24 @@ def _shuffled(batches: Iterable[pa.RecordBatch], rng) -> Iterator[pa.RecordBatch
         yield from permute()
 
 
-class WriteRejects(beam.DoFn):
+class WriteRejects(_JobDoFn):
     """(reject shard index, lists of reject dicts) -> one ``_rejects`` JSON Lines file."""
-
-    def __init__(self, job: _Job):
-        self.job = job
 
     def process(self, element):
         index, lists = element
         rows = (row for rejects in lists for row in rejects)
-        written = output.write_rejects(rows, self.job.conv.output, self.job.attempt(), f"part-{index:05d}.jsonl",
-                                       opener=self.job.files.open)
+        written = output.write_rejects(rows, self.job.conv.output, self.job.attempt(), f"part-{index:05d}.jsonl")
         if written is not None:
             yield {"kind": "rejects", **output.written_file_dict(written)}
 
 
-class WriteReport(beam.DoFn):
+class WriteReport(_JobDoFn):
     """The list of everything the pipeline produced -> the report file the driver commits from."""
-
-    def __init__(self, job: _Job):
-        self.job = job
 
     def process(self, items):
         items = sorted(items, key=lambda d: json.dumps(d, sort_keys=True))
-        self.job.files.write_bytes(self.job.report_path, json.dumps(items).encode("utf-8"))
+        with fs.open(self.job.report_path, "wb") as f:
+            f.write(json.dumps(items).encode("utf-8"))
         yield len(items)
 
 
@@ -768,8 +640,8 @@ def _counters(result) -> dict[str, int]:
 
 
 @contextmanager
-def _hdfs_identity(user: str | None):
-    """Make the driver's :mod:`tfrecord_io.storage.fs` act as the same HDFS user as Beam's workers."""
+def as_hdfs_user(user: str | None):
+    """Act as the HDFS user ``user`` (Beam's ``--hdfs_user``) unless ``HADOOP_USER_NAME`` says otherwise."""
     if not user or os.environ.get("HADOOP_USER_NAME"):
         yield
         return
@@ -780,87 +652,66 @@ def _hdfs_identity(user: str | None):
         os.environ.pop("HADOOP_USER_NAME", None)
 
 
-def run_conversion(conv: ConversionOptions, options: PipelineOptions | None = None) -> ConversionResult:
-    """Run the conversion on the runner in ``options`` and commit its output.
+def run_conversion(plan: Plan | ConversionOptions, options: PipelineOptions | None = None, *,
+                   faults=None) -> ConversionResult:
+    """Run ``plan`` (or plan ``options`` first: :func:`~tfrecord_io.conversion.plan.plan_conversion`) on
+    the runner in the pipeline ``options``, and commit its output.
 
-    Raises, before the pipeline starts: ``SchemaError`` (a bad schema, or features that do not
-    match the input's columns), ``FileExistsError`` (output not empty without ``overwrite``, or
-    overlapping an input), ``FileNotFoundError`` (no input) and ``ValueError`` (a file-level
-    input problem found on the driver); then :class:`~tfrecord_io.conversion.options.ConversionError`
-    when the pipeline fails (a worker's error, e.g. a truncated input, in its message) and
+    Raises, before the pipeline starts: what planning raises (``SchemaError``, ``FileExistsError``,
+    ``FileNotFoundError``, ``ValueError``), and ``ValueError`` for options only the Spark job has;
+    then :class:`~tfrecord_io.conversion.failure.ConversionError` when the pipeline fails (a worker's
+    error, e.g. a truncated input, in its message) and
     :class:`tfrecord_io.storage.output.RejectLimitExceeded` (nothing committed; the rejects stay under
-    ``_temporary``).
+    ``_temporary``).  ``faults``: test fault injection (:mod:`tfrecord_io.testing.faults`).
     """
     started = time.monotonic()
     options = options or PipelineOptions([])
+    conv = plan.options if isinstance(plan, Plan) else plan
     if conv.needs_spark():
         raise ValueError(f"{conv.needs_spark()}: use the Spark job for it")
-    schema = conv.load_schema()
-    conv.splits(schema)  # a bad --split-by fails now, before anything is listed
-    files = BeamFiles.from_options(options, [*conv.inputs, conv.output])
-    with _hdfs_identity(files.hdfs_user if files.has_hdfs else None):
-        listed = inputs.list_inputs(conv.inputs)
-        sources = [(f.path, f.size) for f in listed]
-        num_shards = conv.num_shards or default_num_shards(sum(size for _, size in sources), conv.bytes_per_shard)
-        found = columns.input_columns([f.path for f in listed], schema, conv.input_format, conv.multiline)
-        columns.check_columns(schema, found, input_format=conv.input_format, allow_missing=conv.allow_missing_columns,
-                              ignore_extra=conv.ignore_extra_columns, schema_name=conv.schema_name)
-        output.prepare_output(conv.output, overwrite=conv.overwrite, inputs=conv.inputs,
-                              input_paths=[path for path, _ in sources])
-        if not files.exists(conv.output):
-            raise ValueError(f"Beam's filesystem does not see {conv.output}, which the driver just created: "
-                             f"do --hdfs_host/--hdfs_port (WebHDFS) point at the NameNode of that URI?")
-        job = _Job(conv, schema, uuid.uuid4().hex[:12], num_shards, files, conv.splits(schema))
+    hdfs = options.view_as(HadoopFileSystemOptions)
+    if hdfs.hdfs_host or hdfs.hdfs_port:
+        log.warning("--hdfs_host/--hdfs_port are not used: hdfs:// URIs name their NameNode, read over native RPC")
+    with as_hdfs_user(hdfs.hdfs_user):
+        if isinstance(plan, ConversionOptions):
+            plan = plan_conversion(plan)
+        plan.prepare_output()
+        job = _Job(plan, uuid.uuid4().hex[:12], hdfs.hdfs_user, faults)
         p = beam.Pipeline(options=options)
-        build_pipeline(p, job, sources)
+        build_pipeline(p, job, [(f.path, f.size) for f in plan.inputs])
         where = ",".join(conv.inputs)
-        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(sources), where,
-                 num_shards, conv.output)
+        log.info("converting %d input file(s) from %s into %d shard(s) at %s", len(plan.inputs), where,
+                 plan.num_shards, conv.output)
         try:
             result = p.run()
             state = result.wait_until_finish()
             if str(state).rsplit(".", 1)[-1] != "DONE":
-                raise ConversionError(f"the pipeline ended in state {state} on {runner_that_ran(result, _requested_runner(options))}; "
-                                      f"nothing was committed")
+                raise ConversionError(f"the pipeline ended in state {state} on "
+                                      f"{runner_that_ran(result, _requested_runner(options))}; nothing was committed")
         except Exception as e:
-            _discard_temporary(conv.output)  # partial attempts of a failed run are of no use
+            output.abort(conv.output)  # partial attempts of a failed run are of no use
             if isinstance(e, ConversionError):
                 raise
-            raise ConversionError(f"conversion of {where} to {conv.output} failed: {_worker_error(e)}") from e
+            raise ConversionError(f"conversion of {where} to {conv.output} failed: {worker_error(e)}") from e
         except BaseException:
-            _discard_temporary(conv.output)
+            output.abort(conv.output)
             raise
         runner = runner_that_ran(result, _requested_runner(options))
         requested = options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER
         try:
-            report = json.loads(files.read_bytes(job.report_path).decode("utf-8"))
+            with fs.open(job.report_path, "rb") as f:
+                report = json.loads(f.read().decode("utf-8"))
             result = _commit(job, report, runner, _counters(result), requested)
         except output.RejectLimitExceeded:
             raise  # _temporary stays, with the rejects to look at
+        except Exception as e:
+            output.abort(conv.output)
+            raise ConversionError(f"the commit of {conv.output} failed: {e}") from e
         except BaseException:
-            _discard_temporary(conv.output)
+            output.abort(conv.output)
             raise
         result.seconds = round(time.monotonic() - started, 3)
         return result
-
-
-def _worker_error(e: BaseException) -> str:
-    """The worker's own exception line from a runner's error (which wraps it in its traceback)."""
-    import re
-
-    text = str(e)
-    found = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)\b:.*)$", text, flags=re.M)
-    ours = [line.strip() for line in found if not line.strip().startswith(("RuntimeError: Pipeline",))]
-    return ours[-1] if ours else f"{type(e).__name__}: {text.strip().splitlines()[-1] if text.strip() else ''}"
-
-
-def _discard_temporary(out: str) -> None:
-    try:
-        temporary = fs.join(out, output.TEMPORARY)
-        if fs.exists(temporary):
-            fs.delete(temporary, recursive=True)
-    except OSError as e:
-        log.warning("could not remove %s after the failed run: %s", fs.join(out, output.TEMPORARY), e)
 
 
 def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int],

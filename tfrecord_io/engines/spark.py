@@ -89,17 +89,9 @@ Exactly once
     any other reason than the reject limit, ``_temporary`` is deleted and the output holds
     nothing.
 
-Fault injection (tests): ``TFRECORD_IO_FAIL_FIRST_ATTEMPT=0,3`` (or ``*``) in the driver's
-environment, or ``--conf spark.tfrecordio.failFirstAttempt=0,3``, makes the first attempt of
-those write-stage partitions die (``os._exit``) after writing their first batch (Spark retries
-them).  ``TFRECORD_IO_STALL_FIRST_ATTEMPT=0,3`` (or ``*``), or ``--conf
-spark.tfrecordio.stallFirstAttempt=0,3``, makes it a straggler instead: after writing its first
-batch it sleeps (up to 120 s) holding its partly written file under ``_temporary/<attempt>/``,
-for speculation to copy it (with ``spark.speculation=true`` on a cluster: Spark never speculates
-in local mode, nor on the host where the task already runs); Spark kills it when the copy wins.
-A stalled attempt that wakes to find ``_temporary`` gone fails without writing more.  Both are
-read in the driver and travel to the executors inside the :class:`WriteStage`; only attempt 0
-is affected, so retries and speculative copies run normally.
+Fault injection (tests) is a parameter: ``run_conversion(spark, plan, faults=...)`` hands each
+write task's batches to ``faults.around_write`` (:mod:`tfrecord_io.testing.faults`), which the
+:class:`WriteStage` carries to the executors; nothing in the environment or the options turns it on.
 
 The functions shipped to executors are instances of module-level classes (:class:`ReadStage`,
 :class:`WriteStage`), picklable with plain ``pickle`` as well as cloudpickle; executors
@@ -115,11 +107,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
-import sys
 import tempfile
 import time
-import uuid
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
@@ -128,30 +117,20 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from tfrecord_io.conversion import grouping, parsing
+from tfrecord_io.conversion.failure import ConversionError, worker_error
+from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
+from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
 from tfrecord_io.core import codec
-
-from tfrecord_io.conversion import columns, grouping, parsing
-
-from tfrecord_io.storage import fs, inputs, output
-from tfrecord_io.conversion.options import (DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_SHARD, DEFAULT_MAX_STEPS, ConversionError,
-                                 ConversionOptions, default_num_shards)
 from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.storage import fs, inputs, output
 
-__all__ = [
-    "ConversionError", "ConversionOptions", "DEFAULT_BYTES_PER_SHARD", "DEFAULT_MAX_STEPS",
-    "FAIL_FIRST_ATTEMPT_CONF", "FAIL_FIRST_ATTEMPT_ENV", "ReadStage", "STALL_FIRST_ATTEMPT_CONF",
-    "STALL_FIRST_ATTEMPT_ENV", "WriteStage", "default_num_shards", "package_zip", "run_conversion",
-]
+__all__ = ["ConversionOptions", "Plan", "ReadStage", "WriteStage", "package_zip", "run_conversion"]
 
-FAIL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_FAIL_FIRST_ATTEMPT"
-FAIL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.failFirstAttempt"
-STALL_FIRST_ATTEMPT_ENV = "TFRECORD_IO_STALL_FIRST_ATTEMPT"
-STALL_FIRST_ATTEMPT_CONF = "spark.tfrecordio.stallFirstAttempt"
-STALL_S = 120.0
 STRAGGLER_WAIT_S = 30.0
 
-# Internal columns (feature names may not start with the prefix).
-_PREFIX = "__tfio_"
+# Internal columns (feature names may not start with the prefix: conversion.plan refuses them).
+_PREFIX = RESERVED_PREFIX
 SOURCE = _PREFIX + "source"      # the input file
 START = _PREFIX + "start"        # where the row's split of that file starts (byte offset)
 LINE = _PREFIX + "line"          # the row's line, counted from the split's first line
@@ -167,41 +146,27 @@ REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, 
 # ---------------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------------
-def run_conversion(spark, options: ConversionOptions) -> dict:
-    """Convert ``options.inputs`` to TFRecords under ``options.output``; return the manifest.
+def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dict:
+    """Run ``plan`` (or plan ``options`` first: :func:`~tfrecord_io.conversion.plan.plan_conversion`) on
+    ``spark``; return the committed manifest.
 
-    Raises ``FileExistsError`` for existing output (without ``overwrite``),
-    ``RejectLimitExceeded`` when too much was rejected, ``SchemaError`` for a bad schema and
-    ``ConversionError`` for anything else that stops the job; nothing is committed then.
+    Raises, before any task: what planning raises (``SchemaError``, ``FileNotFoundError``,
+    ``FileExistsError``); then ``RejectLimitExceeded`` when too much was rejected and
+    ``ConversionError`` for anything else that stops the job -- nothing is committed then.
+    ``faults``: test fault injection (:mod:`tfrecord_io.testing.faults`), None in real runs.
     """
     started = time.monotonic()
-    schema = options.load_schema()
-    _check_schema(schema, options)
-    split_config = options.splits(schema)
-    if options.shards == "input" and schema.record_type != "example":
-        raise SchemaError(f"--shards input writes example records (a SequenceExample's rows must first be "
-                          f"grouped, which takes a shuffle); {options.schema_name} is for {schema.record_type}")
-    if options.input_format in TABLE_FORMATS:
-        return _convert_dataframe(spark, options, schema, split_config, started)
-    out = options.output
-    job_id = uuid.uuid4().hex[:12]
-    sources = inputs.list_inputs(options.inputs)
-    input_bytes = sum(f.size for f in sources)
-    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
-    found = columns.input_columns([f.path for f in sources], schema, options.input_format, options.multiline)
-    columns.check_columns(schema, found, input_format=options.input_format,
-                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
-                          schema_name=options.schema_name)
-    headers = found if options.input_format == "csv" else {}
-    output.prepare_output(out, overwrite=options.overwrite, inputs=options.inputs,
-                          input_paths=[f.path for f in sources])
-    fs.makedirs(fs.join(out, output.TEMPORARY))
+    if isinstance(plan, ConversionOptions):
+        plan = plan_conversion(plan)
+    if plan.options.input_format not in TEXT_FORMATS:
+        from tfrecord_io.engines.spark_datasource import convert_dataframe
+
+        return convert_dataframe(spark, plan, faults=faults, started=started)
+    options, out, job_id = plan.options, plan.output, plan.job_id
+    plan.prepare_output()
     sc = spark.sparkContext
     try:
-        staged, parts, counts, write, num_shards = _plan(
-            spark, schema, options, sources, headers, job_id, num_shards,
-            fail=_fault_switch(spark, FAIL_FIRST_ATTEMPT_ENV, FAIL_FIRST_ATTEMPT_CONF),
-            stall=_fault_switch(spark, STALL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_CONF), split_config=split_config)
+        staged, parts, counts, write, num_shards = _stages(spark, plan, faults)
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
@@ -211,147 +176,32 @@ def run_conversion(spark, options: ConversionOptions) -> dict:
             sc.setLocalProperty("spark.job.description", None)
         _wait_for_stragglers(sc, job_id)
         files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
-                                                schema.record_type, split_config)
+                                                plan.schema.record_type, plan.splits)
         rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.value))
     except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
-        _abort(out)
+        output.abort(out)
         raise
     except Exception as e:
-        _abort(out)
-        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: "
-                              f"{_spark_message(e)}") from e
+        output.abort(out)
+        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: {worker_error(e)}") from e
     # Too many rejects: raise before committing anything, keeping _temporary (and the
     # rejects in it) for inspection, as the message says.
     output.check_reject_fraction(totals, options.max_reject_fraction)
-    if split_config is None:
-        manifest = output.commit(out, files, rejects, totals, schema=schema, compression=options.compression,
-                                 engine="spark", max_reject_fraction=options.max_reject_fraction)
-    else:
-        manifest = output.commit_splits(out, split_config, files, rejects, totals, schema=schema,
-                                        compression=options.compression, engine="spark",
-                                        max_reject_fraction=options.max_reject_fraction)
+    common = dict(schema=plan.schema, compression=options.compression, engine="spark",
+                  max_reject_fraction=options.max_reject_fraction)
+    try:
+        if plan.splits is None:
+            manifest = output.commit(out, files, rejects, totals, **common)
+        else:
+            manifest = output.commit_splits(out, plan.splits, files, rejects, totals, **common)
+    except output.RejectLimitExceeded:
+        raise
+    except Exception as e:
+        raise ConversionError(f"the commit of {out} failed: {e}") from e
     manifest = dict(manifest)
-    manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": input_bytes,
+    manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": plan.input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}
     return manifest
-
-
-TABLE_FORMATS = ("parquet", "orc", "table")
-_COMPATIBLE = {  # feature type -> Spark column types it takes (value-preserving casts)
-    "int64": ("ByteType", "ShortType", "IntegerType", "LongType", "BooleanType"),
-    "float": ("FloatType", "DoubleType", "ByteType", "ShortType", "IntegerType", "LongType", "DecimalType"),
-    "string": ("StringType", "VarcharType", "CharType"),
-    "bytes": ("BinaryType", "StringType"),
-}
-
-
-def _convert_dataframe(spark, options: ConversionOptions, schema: Schema, split_config, started: float) -> dict:
-    """``--format parquet|orc|table``: Spark reads the input; columns are matched to features by name
-    and their types checked on the driver before any task; the rows are written by the ``tfrecord``
-    data source (:mod:`tfrecord_io.engines.spark_datasource`): the same contract, rejects and commit."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from tfrecord_io.engines import spark_datasource
-
-    if schema.record_type != "example":
-        raise SchemaError(f"--format {options.input_format} writes example records; {options.schema_name} is for "
-                          f"{schema.record_type}")
-    fmt, out = options.input_format, options.output
-    try:
-        df = spark.table(options.inputs[0]) if fmt == "table" else spark.read.format(fmt).load(list(options.inputs))
-    except Exception as e:  # AnalysisException: no such path or table
-        raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {_spark_message(e)}") from e
-    where = f"the {fmt} input"
-    columns.check_columns(schema, {where: df.columns}, input_format="table",
-                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
-                          schema_name=options.schema_name)
-    types = {f.name: f.dataType for f in df.schema.fields}
-    selected = []
-    for f in schema.features:
-        dt = types.get(f.name)
-        if dt is None:  # allowed missing: null in every row
-            selected.append(F.lit(None).cast(spark_datasource.spark_type(f)).alias(f.name))
-            continue
-        inner = dt.elementType if isinstance(dt, T.ArrayType) else dt
-        ok = type(inner).__name__ in _COMPATIBLE[f.type] and isinstance(dt, T.ArrayType) == f.is_list
-        if not ok:
-            want = f"an array of {f.type}" if f.is_list else f.type
-            raise SchemaError(f"column {f.name!r} of {where} is {dt.simpleString()}, and feature {f.name!r} is "
-                              f"{want}{' (shape ' + str(list(f.shape)) + ')' if f.is_list else ''}: cast the "
-                              f"column, or change the feature's type")
-        selected.append(F.col(_q(f.name)))
-    files = df.inputFiles()
-    input_bytes = sum(fs.size(u) for u in files) if files else 0
-    num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
-    output.prepare_output(out, overwrite=options.overwrite, inputs=[] if fmt == "table" else options.inputs,
-                          input_paths=files)
-    spark.dataSource.register(spark_datasource.JobDataSource)
-    selected_df = df.select(*selected)
-    if options.shards == "input":  # a shard per partition of Spark's read: no shuffle
-        num_shards = selected_df.rdd.getNumPartitions()
-    else:
-        selected_df = selected_df.repartition(num_shards)
-    writer = (selected_df.write.format(spark_datasource.JobDataSource.name())
-              .mode("overwrite").option("schemaJson", json.dumps(schema.to_dict()))
-              .option("compression", options.compression)
-              .option("maxRejectFraction", str(options.max_reject_fraction)))
-    if split_config is not None:
-        writer = writer.option("split", options.split)
-        if options.split_by:
-            writer = writer.option("splitBy", options.split_by)
-    writer.save(out)
-    manifest = dict(output.read_manifest(out))
-    manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
-                       "seconds": round(time.monotonic() - started, 3)}
-    return manifest
-
-
-def _check_schema(schema: Schema, options: ConversionOptions) -> None:
-    for f in schema.input_features:
-        if f.name.startswith(_PREFIX):
-            raise SchemaError(f"{options.schema_name}: feature name {f.name!r} uses the reserved prefix {_PREFIX!r}")
-
-
-def _abort(out: str) -> None:
-    """Best effort: remove what task attempts wrote (the output then holds nothing)."""
-    try:
-        tmp = fs.join(out, output.TEMPORARY)
-        if fs.exists(tmp):
-            fs.delete(tmp, recursive=True)
-    except OSError:
-        pass
-
-
-def _spark_message(e: BaseException) -> str:
-    """What went wrong, from a (Py4J / PySpark) exception's text: the file Spark was reading, and
-    the root cause -- a Python worker's own exception line, else the last Java ``Caused by``."""
-    text = str(e).strip()
-    lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip() and not ln.lstrip().startswith(("at ", "... ", "File \""))]
-    if not lines:
-        return type(e).__name__
-    picked = [ln for ln in lines if "Encountered error while reading file" in ln][:1]
-    python_error = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exceeded|Interrupt)\b:?", ln)
-                    and not ln.startswith(("org.", "java.", "py4j.", "scala."))]
-    causes = [ln for ln in lines if ln.startswith("Caused by:")]
-    if python_error:
-        picked.append(python_error[-1])
-    elif causes:
-        picked.append(causes[-1])
-    if not picked:
-        picked = [ln for ln in lines if not ln.startswith("An error occurred while calling")][:3] or lines[:1]
-    return "\n".join(dict.fromkeys(picked))
-
-
-def _fault_switch(spark, env: str, conf: str) -> str:
-    """A fault-injection switch (partitions, or ``*``): the conf ``conf``, else the driver's ``$env``."""
-    value = os.environ.get(env, "")
-    try:
-        value = spark.conf.get(conf, value) or value
-    except Exception:  # noqa: BLE001 - an unset conf on some deployments
-        pass
-    return value.strip()
 
 
 def _wait_for_stragglers(sc, job_group: str, timeout: float = STRAGGLER_WAIT_S) -> None:
@@ -555,45 +405,41 @@ def _read_names(schema: Schema) -> list[str]:
     return [f.name for f in schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
 
 
-def _read_input(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
-    """The read stage's DataFrame over ``files``, its splits and the line-count accumulator."""
-    df, stage, splits, counts = _read_plan(spark, schema, opts, files, headers)
-    return df.mapInArrow(stage, _read_schema(schema)), splits, counts
-
-
-def _read_plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict):
+def _read_stage(spark, plan: Plan):
     """(a DataFrame of the read splits, one per partition; the ReadStage over it; the splits; the
     line-count accumulator)."""
-    sc = spark.sparkContext
-    conf = spark.conf
-    splits = _plan_splits(files, splittable=not opts.multiline, parallelism=sc.defaultParallelism,
+    sc, conf, opts = spark.sparkContext, spark.conf, plan.options
+    splits = _plan_splits(list(plan.inputs), splittable=not opts.multiline, parallelism=sc.defaultParallelism,
                           max_split_bytes=_conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
                           open_cost=_conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")))
     counts = _line_counts(sc)
     rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
     df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
                                "source string, start bigint, end bigint, whole boolean")
-    stage = ReadStage(schema, opts.input_format, opts.multiline, headers, counts, opts.block_size)
+    stage = ReadStage(plan.schema, opts.input_format, opts.multiline, dict(plan.headers), counts, opts.block_size)
     return df, stage, splits, counts
 
 
 # ---------------------------------------------------------------------------------------------
-# Plan
+# The stages of a plan
 # ---------------------------------------------------------------------------------------------
-def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: dict, job_id: str,
-          num_shards: int, fail: str = "", stall: str = "", split_config=None):
+def _stages(spark, plan: Plan, faults=None):
     """The DataFrame the write stage runs on, the splits and line counts of the read, the write
     stage, and the number of shards.  With ``shards="input"`` the write stage reads its split
     itself (:class:`ReadAndWrite`): one shard per split and no shuffle."""
     from pyspark.sql import functions as F
 
+    opts, schema = plan.options, plan.schema
+    df, read, splits, counts = _read_stage(spark, plan)
+
+    def write_stage(num_shards: int) -> WriteStage:
+        return WriteStage(output=opts.output, job_id=plan.job_id, num_shards=num_shards, compression=opts.compression,
+                          schema=schema, max_steps=opts.max_steps, faults=faults, splits=plan.splits)
+
     if opts.shards == "input":
-        df, read, splits, counts = _read_plan(spark, schema, opts, files, headers)
-        write = WriteStage(output=opts.output, job_id=job_id, num_shards=len(splits), compression=opts.compression,
-                           schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
-                           stall_first_attempt=stall, splits=split_config)
-        return df, splits, counts, ReadAndWrite(read, write), len(splits)
-    prepared, splits, counts = _read_input(spark, schema, opts, files, headers)
+        return df, splits, counts, ReadAndWrite(read, write_stage(len(splits))), len(splits)
+    prepared = df.mapInArrow(read, _read_schema(schema))
+    num_shards = plan.num_shards
     if schema.record_type == "example":
         # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
         # and deterministically, so a recomputed map task sends each row where it went before.
@@ -606,10 +452,7 @@ def _plan(spark, schema: Schema, opts: ConversionOptions, files: list, headers: 
             order.append(F.col(_q(schema.order_by)))
         order += [F.col(SOURCE), F.col(START), F.col(LINE)]
         staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
-    write = WriteStage(output=opts.output, job_id=job_id, num_shards=num_shards, compression=opts.compression,
-                       schema=schema, max_steps=opts.max_steps, fail_first_attempt=fail,
-                       stall_first_attempt=stall, splits=split_config)
-    return staged, splits, counts, write, num_shards
+    return staged, splits, counts, write_stage(num_shards), num_shards
 
 
 @dataclass(frozen=True)
@@ -718,32 +561,26 @@ class WriteStage:
     compression: str
     schema: Schema
     max_steps: int = DEFAULT_MAX_STEPS
-    fail_first_attempt: str = ""  # fault injection (tests), see the module docstring
-    stall_first_attempt: str = ""
+    faults: Any = None  # fault injection (tests): tfrecord_io.testing.faults
     splits: Any = None  # tfrecord_io.conversion.splits.Splits: one file per split per shard
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        part, attempt_number = ctx.partitionId(), ctx.attemptNumber()
-        attempt = f"{self.job_id}-s{ctx.stageId()}-p{part:05d}-a{attempt_number}-t{ctx.taskAttemptId()}"
+        part = ctx.partitionId()
+        attempt = f"{self.job_id}-s{ctx.stageId()}-p{part:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
         if not fs.exists(fs.join(self.output, output.TEMPORARY)):
             raise RuntimeError(f"{self.output}/{output.TEMPORARY} is gone (the job was committed or aborted); "
                                f"task attempt {attempt} writes nothing")
         spool = _RejectSpool()
         stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
-        die = _first_attempt_of(self.fail_first_attempt, part, attempt_number)
-        stall = _first_attempt_of(self.stall_first_attempt, part, attempt_number)
         if self.schema.record_type == "example":
             records = self._example_records(batches, spool, stats)
         else:
             records = self._sequence_records(batches, spool, stats)
-        if die:
-            records = _after_first_batch(records, lambda: _die(attempt))
-        elif stall:
-            temporary = fs.join(self.output, output.TEMPORARY)
-            records = _after_first_batch(records, lambda: _stall(attempt, temporary))
+        if self.faults is not None:
+            records = self.faults.around_write(records, output=self.output, shard=part, attempt=attempt)
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
             if self.splits is None:
@@ -898,60 +735,12 @@ def _reject_json(row: dict) -> dict:
     return out
 
 
-def _first_attempt_of(spec: str, part: int, attempt_number: int) -> bool:
-    """Does a fault-injection switch (``0,3``, ``*`` or ``all``) pick this task attempt?"""
-    if not spec or attempt_number != 0:
-        return False
-    if spec.strip() in ("*", "all"):
-        return True
-    return str(part) in {p.strip() for p in spec.split(",")}
-
-
-def _after_first_batch(records: Iterator[pa.Array], fault) -> Iterator[pa.Array]:
-    """Fault injection: pass the batches to the writer, calling ``fault()`` right after the first
-    (an empty partition has nothing to fail in the middle of)."""
-    records = iter(records)
-    for batch in records:
-        yield batch
-        fault()
-        break
-    yield from records
-
-
-def _die(attempt: str) -> None:
-    """Kill this Python worker (the attempt fails mid-write)."""
-    sys.stderr.write(f"tfrecord-io: {FAIL_FIRST_ATTEMPT_ENV}: killing task attempt {attempt} mid-write\n")
-    sys.stderr.flush()
-    os._exit(86)
-
-
-def _stall(attempt: str, temporary: str, seconds: float = STALL_S) -> None:
-    """Sleep (a straggler) until Spark kills this Python worker, for up to ``seconds``; fail if
-    ``temporary`` is gone by then."""
-    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: stalling task attempt {attempt} mid-write "
-                     f"(python pid {os.getpid()})\n")
-    sys.stderr.flush()
-    started = time.monotonic()
-    gone = False
-    while not gone and time.monotonic() - started < seconds:
-        time.sleep(0.5)
-        gone = not fs.exists(temporary)
-    sys.stderr.write(f"tfrecord-io: {STALL_FIRST_ATTEMPT_ENV}: task attempt {attempt} woke after "
-                     f"{time.monotonic() - started:.1f}s\n")
-    sys.stderr.flush()
-    if gone:
-        raise RuntimeError(f"{temporary} is gone (the job was committed or aborted); stalled task attempt "
-                           f"{attempt} writes nothing more")
-
-
 # ---------------------------------------------------------------------------------------------
 # Shipping the package to executors
 # ---------------------------------------------------------------------------------------------
 def package_zip(directory: str) -> str:
     """Zip the ``tfrecord_io`` package (for ``--py-files`` / ``SparkContext.addPyFile``); return its path."""
-    import tfrecord_io
-
-    root = os.path.dirname(os.path.abspath(tfrecord_io.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tfrecord_io package
     path = os.path.join(directory, "tfrecord_io.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for base, dirs, files in os.walk(root):

@@ -1,7 +1,7 @@
 """The ``tfrecord`` format for Spark 4 DataFrames: a Python data source on our encoder and output contract.
 
-    import tfrecord_io.engines.spark_datasource as tfds
-    tfds.register(spark)
+    import tfrecord_io.spark
+    tfrecord_io.spark.register(spark)
     df.write.format("tfrecord").mode("overwrite").option("compression", "gzip").save("hdfs://nn/out/trips")
     spark.read.format("tfrecord").load("hdfs://nn/out/trips")
 
@@ -25,11 +25,12 @@ Options
     ``schema``: a YAML schema (path or URI; or ``schemaJson``, the schema as JSON); its features
     must match the DataFrame's columns
     (:mod:`tfrecord_io.conversion.columns`; ``allowMissingColumns`` / ``ignoreExtraColumns`` opt out).
-    Without it the schema comes from the DataFrame's types: byte/short/int/long and boolean to
-    ``int64``, float and double to ``float``, string to ``string``, binary to ``bytes``, arrays of
-    those to ``[-1]`` lists (arrays of arrays: SequenceExample feature lists).  Any other type
-    (map, struct, timestamp, date, decimal) fails before any task starts, naming the column and
-    the cast to use.
+    Without it the schema comes from the DataFrame's types (:data:`SPARK_TYPES`, the one table of
+    how feature types and Spark types meet): byte/short/int/long and boolean to ``int64``, float
+    and double to ``float``, string to ``string``, binary to ``bytes``, arrays of those to ``[-1]``
+    lists (arrays of arrays: SequenceExample feature lists).  Any other type (map, struct,
+    timestamp, date, decimal) fails before any task starts, naming the column and the cast to use;
+    with a schema, a column whose type does not fit its feature fails the same way.
     ``compression``: ``none`` (default), ``gzip``, ``zlib``; spark-tfrecord's ``codec`` with
     Hadoop class names (``org.apache.hadoop.io.compress.GzipCodec``, ``DefaultCodec``) too.
     ``recordType``: ``Example`` (default) or ``SequenceExample``, spark-tfrecord's layout: one row
@@ -62,16 +63,18 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition,
                                     WriterCommitMessage)
 
-from tfrecord_io.core import codec
-from tfrecord_io.conversion.splits import Splits
-
 from tfrecord_io.conversion import columns
-
-from tfrecord_io.storage import fs, output
+from tfrecord_io.conversion.failure import worker_error
+from tfrecord_io.conversion.options import COMPRESSIONS, check_fraction, default_num_shards
+from tfrecord_io.conversion.splits import Splits
+from tfrecord_io.core import codec
+from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
+from tfrecord_io.storage import fs, output
+from tfrecord_io.storage.schema_io import load_schema
 
-__all__ = ["TFRecordDataSource", "register", "schema_from_records", "schema_from_spark", "spark_struct",
-           "spark_type"]
+__all__ = ["SPARK_TYPES", "TFRecordDataSource", "WriterOptions", "convert_dataframe", "register",
+           "schema_from_spark", "spark_struct", "spark_type"]
 
 _CODECS = {"none": "none", "uncompressed": "none", "gzip": "gzip", "zlib": "zlib",
            "org.apache.hadoop.io.compress.gzipcodec": "gzip", "org.apache.hadoop.io.compress.defaultcodec": "zlib",
@@ -87,18 +90,39 @@ def register(spark) -> None:
     spark.dataSource.register(TFRecordDataSource)
 
 
-def _scalar_type(dt) -> str | None:
-    from pyspark.sql import types as T
+@dataclass(frozen=True)
+class SparkType:
+    """How one feature type meets Spark's types.
 
-    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType)):
-        return "int64"
-    if isinstance(dt, (T.FloatType, T.DoubleType)):
-        return "float"
-    if isinstance(dt, T.StringType):
-        return "string"
-    if isinstance(dt, T.BinaryType):
-        return "bytes"
-    return None
+    read_as: the SQL type of the column ``spark.read`` gives the feature's values.
+    inferred_from: Spark types whose columns get this feature type when no schema is given.
+    written_from: column types a schema's feature of this type accepts (value-preserving casts).
+    """
+
+    read_as: str
+    inferred_from: tuple[str, ...]
+    written_from: tuple[str, ...]
+
+
+_INTEGERS = ("ByteType", "ShortType", "IntegerType", "LongType")
+SPARK_TYPES = {
+    "int64": SparkType("bigint", _INTEGERS + ("BooleanType",), _INTEGERS + ("BooleanType",)),
+    "float": SparkType("float", ("FloatType", "DoubleType"), ("FloatType", "DoubleType", *_INTEGERS, "DecimalType")),
+    "string": SparkType("string", ("StringType", "VarcharType", "CharType"), ("StringType", "VarcharType", "CharType")),
+    "bytes": SparkType("binary", ("BinaryType",), ("BinaryType", "StringType")),
+}
+
+
+def _inferred_type(dt) -> str | None:
+    """The feature type a Spark column type gives without a schema (None: it has none)."""
+    name = type(dt).__name__
+    return next((t for t, m in SPARK_TYPES.items() if name in m.inferred_from), None)
+
+
+def _cannot_hold(name: str, dt, record_type: str) -> TypeError:
+    fix = _CASTS.get(type(dt).__name__, "cast it to a number, string or binary column (or an array of one)")
+    record = "tf.train.SequenceExample" if record_type == "sequence_example" else "tf.train.Example"
+    return TypeError(f"column {name!r} has type {dt.simpleString()}, which a {record} cannot hold: {fix}, or drop it")
 
 
 def schema_from_spark(struct, record_type: str = "example") -> Schema:
@@ -111,17 +135,13 @@ def schema_from_spark(struct, record_type: str = "example") -> Schema:
     features, sequence = [], []
     for f in struct.fields:
         dt = f.dataType
-        kind, shape, steps = _scalar_type(dt), None, False
+        kind, shape, steps = _inferred_type(dt), None, False
         if kind is None and isinstance(dt, T.ArrayType):
-            kind, shape = _scalar_type(dt.elementType), (-1,)
+            kind, shape = _inferred_type(dt.elementType), (-1,)
             if kind is None and record_type == "sequence_example" and isinstance(dt.elementType, T.ArrayType):
-                kind, steps = _scalar_type(dt.elementType.elementType), True
+                kind, steps = _inferred_type(dt.elementType.elementType), True
         if kind is None:
-            what = type(dt).__name__
-            fix = _CASTS.get(what, "cast it to a number, string or binary column (or an array of one)")
-            record = "tf.train.SequenceExample" if record_type == "sequence_example" else "tf.train.Example"
-            raise TypeError(f"column {f.name!r} has type {dt.simpleString()}, which a {record} cannot hold: "
-                            f"{fix}, or drop it")
+            raise _cannot_hold(f.name, dt, record_type)
         (sequence if steps else features).append(Feature(name=f.name, type=kind, shape=shape))
     if not features and not sequence:
         raise TypeError("the DataFrame has no columns")
@@ -131,6 +151,28 @@ def schema_from_spark(struct, record_type: str = "example") -> Schema:
         raise TypeError("recordType SequenceExample needs at least one array-of-arrays column (a feature list: "
                         "one array per step); the DataFrame has none")
     return Schema(record_type="sequence_example", context=tuple(features), sequence=tuple(sequence))
+
+
+def check_column_types(schema: Schema, struct, where: str, schema_name: str = "the schema") -> None:
+    """Refuse, before any task, a column whose Spark type its feature does not take
+    (:data:`SPARK_TYPES`' ``written_from``), naming the column and what to do."""
+    from pyspark.sql import types as T
+
+    types = {f.name: f.dataType for f in struct.fields}
+    steps = {f.name for f in schema.sequence}
+    for f in schema.input_features:
+        dt = types.get(f.name)
+        if dt is None:  # allowed missing: null in every row
+            continue
+        inner, arrays = dt, 0
+        while isinstance(inner, T.ArrayType):
+            inner, arrays = inner.elementType, arrays + 1
+        want_arrays = int(f.is_list) + int(f.name in steps)
+        if type(inner).__name__ not in SPARK_TYPES[f.type].written_from or arrays != want_arrays:
+            want = f"an array of {f.type}" if f.is_list else f.type
+            shape = f" (shape {list(f.shape)})" if f.is_list else ""
+            raise SchemaError(f"column {f.name!r} of {where} is {dt.simpleString()}, and feature {f.name!r} is "
+                              f"{want}{shape} in {schema_name}: cast the column, or change the feature's type")
 
 
 @dataclass
@@ -154,8 +196,7 @@ class _Writer(DataSourceArrowWriter):
     job_id: str
     max_reject_fraction: float
     splits: Splits | None = None  # option("split", "train=8,eval=1") (+ "splitBy"): TFX's assignment
-    fail_first_attempt: str = ""  # fault injection (tests): as the job's TFRECORD_IO_FAIL_FIRST_ATTEMPT
-    stall_first_attempt: str = ""  # and TFRECORD_IO_STALL_FIRST_ATTEMPT (a straggler, for speculation)
+    faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -210,14 +251,9 @@ class _Writer(DataSourceArrowWriter):
                     else:
                         yield encoded, which
 
-        from tfrecord_io.engines.spark import _after_first_batch, _die, _first_attempt_of, _stall
-
         batches = records()
-        if _first_attempt_of(self.fail_first_attempt, part, ctx.attemptNumber()):
-            batches = _after_first_batch(batches, lambda: _die(attempt))
-        elif _first_attempt_of(self.stall_first_attempt, part, ctx.attemptNumber()):
-            temporary = fs.join(self.path, output.TEMPORARY)
-            batches = _after_first_batch(batches, lambda: _stall(attempt, temporary))
+        if self.faults is not None:
+            batches = self.faults.around_write(batches, output=self.path, shard=part, attempt=attempt)
         name = f"part-{part:05d}.tfrecord"
         if self.splits is None:
             shards = [output.write_shard(batches, self.path, attempt, name, self.compression)]
@@ -267,9 +303,7 @@ class _Writer(DataSourceArrowWriter):
             output.commit_splits(self.path, self.splits, files, rejects, totals, **common)
 
     def abort(self, messages: list) -> None:
-        temporary = fs.join(self.path, output.TEMPORARY)
-        if fs.exists(temporary):
-            fs.delete(temporary, recursive=True)
+        output.abort(self.path)
 
 
 def output_reject(row: dict, reason: str) -> dict:
@@ -289,6 +323,8 @@ def output_reject(row: dict, reason: str) -> dict:
 class TFRecordDataSource(DataSource):
     """The ``tfrecord`` format (see the module doc)."""
 
+    faults = None  # fault injection in the writer (tests: tfrecord_io.testing.faults.data_source)
+
     @classmethod
     def name(cls) -> str:
         return "tfrecord"
@@ -304,7 +340,7 @@ class TFRecordDataSource(DataSource):
         if not path:
             raise ValueError("spark.read.format('tfrecord') needs a path: .load(path)")
         files, manifest_schema = _files_of(path.rstrip("/") or "/")
-        return files, Schema.load(opts["schema"]) if "schema" in opts else manifest_schema, opts
+        return files, load_schema(opts["schema"]) if "schema" in opts else manifest_schema, opts
 
     def _infer(self, files) -> Schema:
         """The schema of files without a manifest, from a bounded sample of their first records
@@ -349,69 +385,112 @@ class TFRecordDataSource(DataSource):
         return _Reader(files, tf_schema, cols, on_corrupt)
 
     def writer(self, schema, overwrite: bool) -> _Writer:
-        opts = self._options()
-        path = opts.get("path")
-        if not path:
-            raise ValueError("df.write.format('tfrecord') needs a path: .save(path)")
-        path = path.rstrip("/") or "/"
-        record_type = {"example": "example", "sequenceexample": "sequence_example"}.get(
-            opts.get("recordtype", "Example").lower())
-        if record_type is None:
-            raise ValueError(f"recordType must be Example or SequenceExample, got {opts['recordtype']!r}")
-        codec_name = opts.get("compression", opts.get("codec", "none")).lower()
-        if codec_name not in _CODECS:
-            raise ValueError(f"compression/codec {codec_name!r} is not supported; use none, gzip or zlib "
-                             f"(or Hadoop's GzipCodec / DefaultCodec)")
-        if "schema" in opts or "schemajson" in opts:
-            tf_schema = Schema.load(opts["schema"]) if "schema" in opts else \
-                Schema.from_dict(json.loads(opts["schemajson"]))
-            opts.setdefault("schema", "the schema")
-            if "recordtype" in opts and tf_schema.record_type != record_type:
-                raise SchemaError(f"recordType {opts['recordtype']} does not match {opts['schema']}, whose "
+        w = WriterOptions.parse(self._options())
+        if w.schema is not None:
+            tf_schema = w.schema
+            if w.record_type is not None and tf_schema.record_type != w.record_type:
+                raise SchemaError(f"recordType {w.given_record_type} does not match {w.schema_name}, whose "
                                   f"record_type is {tf_schema.record_type}")
             columns.check_columns(tf_schema, {"the DataFrame": [f.name for f in schema.fields]}, input_format="table",
-                                  allow_missing=_true(opts.get("allowmissingcolumns")),
-                                  ignore_extra=_true(opts.get("ignoreextracolumns")), schema_name=opts["schema"])
+                                  allow_missing=w.allow_missing_columns, ignore_extra=w.ignore_extra_columns,
+                                  schema_name=w.schema_name)
+            check_column_types(tf_schema, schema, "the DataFrame", w.schema_name)
         else:
-            tf_schema = schema_from_spark(schema, record_type)
+            tf_schema = schema_from_spark(schema, w.record_type or "example")
         splits = None
-        if opts.get("split"):
+        if w.split:
             if tf_schema.record_type != "example":
                 raise ValueError("option split writes Example records; split SequenceExamples by their group key "
                                  "before writing")
-            splits = Splits.parse(opts["split"], opts.get("splitby"), tf_schema)
-        elif opts.get("splitby"):
+            splits = Splits.parse(w.split, w.split_by, tf_schema)
+        try:
+            output.prepare_output(w.path, overwrite=overwrite)
+        except FileExistsError as e:
+            if overwrite or not fs.isdir(w.path):
+                raise
+            raise FileExistsError(f"{w.path} is not empty: Spark's append mode would mix two outputs; write with "
+                                  f".mode('overwrite') to replace a previous conversion's output, or choose another "
+                                  f"path") from e
+        return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
+                       type(self).faults)
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """The writer's options (``df.write.format("tfrecord").option(...)``), checked before any task.
+
+    path: the output directory (``.save(path)``).
+    record_type: ``"example"`` / ``"sequence_example"`` from ``recordType`` (``Example``,
+        ``SequenceExample``); None when not given (Example, or the schema's).
+    compression: ``none``, ``gzip`` or ``zlib``, from ``compression`` or spark-tfrecord's ``codec``
+        (Hadoop class names: ``GzipCodec``, ``DefaultCodec``, ``DeflateCodec``).
+    schema: the ``schema`` (YAML path or URI) or ``schemaJson`` option, loaded; None: from the types.
+    allow_missing_columns / ignore_extra_columns: ``allowMissingColumns`` / ``ignoreExtraColumns``
+        (``true`` / ``false``), as the job's ``--allow-missing-columns`` / ``--ignore-extra-columns``.
+    max_reject_fraction: ``maxRejectFraction``, from 0 to 1 (default 0.01).
+    split / split_by: ``split`` (``train=8,eval=1``) and ``splitBy``, as the job's ``--split``.
+    """
+
+    path: str
+    record_type: str | None = None
+    given_record_type: str | None = None
+    compression: str = "none"
+    schema: Schema | None = None
+    schema_name: str = "the schema"
+    allow_missing_columns: bool = False
+    ignore_extra_columns: bool = False
+    max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
+    split: str | None = None
+    split_by: str | None = None
+
+    @classmethod
+    def parse(cls, opts: dict) -> "WriterOptions":
+        """From Spark's options (names lower-cased); ValueError naming a bad one."""
+        path = (opts.get("path") or "").rstrip("/")
+        if not opts.get("path"):
+            raise ValueError("df.write.format('tfrecord') needs a path: .save(path)")
+        given = opts.get("recordtype")
+        record_type = None
+        if given is not None:
+            record_type = {"example": "example", "sequenceexample": "sequence_example"}.get(given.lower())
+            if record_type is None:
+                raise ValueError(f"recordType must be Example or SequenceExample, got {given!r}")
+        codec_name = opts.get("compression", opts.get("codec", "none")).lower()
+        if codec_name not in _CODECS:
+            raise ValueError(f"compression/codec {codec_name!r} is not supported; use {', '.join(COMPRESSIONS)} "
+                             f"(or Hadoop's GzipCodec / DefaultCodec)")
+        schema, schema_name = None, "the schema"
+        if "schema" in opts:
+            schema, schema_name = load_schema(opts["schema"]), opts["schema"]
+        elif "schemajson" in opts:
+            schema = Schema.from_dict(json.loads(opts["schemajson"]))
+        if opts.get("splitby") and not opts.get("split"):
             raise ValueError("option splitBy needs option split (e.g. 'train=8,eval=1,test=1')")
-        if not overwrite and fs.exists(path) and fs.isdir(path) and fs.ls(path):
-            raise FileExistsError(f"{path} is not empty: Spark's append mode would mix two outputs; write with "
-                                  f".mode('overwrite') to replace a previous conversion's output, or choose another path")
-        output.prepare_output(path, overwrite=overwrite)
-        fs.makedirs(fs.join(path, output.TEMPORARY))
-        import os
-
-        from tfrecord_io.engines.spark import FAIL_FIRST_ATTEMPT_ENV, STALL_FIRST_ATTEMPT_ENV
-
-        fraction = float(opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION))
-        # Fault injection (tests): the job's switches, from the environment or as options.
-        return _Writer(path, tf_schema, _CODECS[codec_name], uuid.uuid4().hex[:12], fraction, splits,
-                       opts.get("failfirstattempt", os.environ.get(FAIL_FIRST_ATTEMPT_ENV, "")),
-                       opts.get("stallfirstattempt", os.environ.get(STALL_FIRST_ATTEMPT_ENV, "")))
+        return cls(path=path or "/", record_type=record_type, given_record_type=given,
+                   compression=_CODECS[codec_name], schema=schema, schema_name=schema_name,
+                   allow_missing_columns=_flag(opts, "allowmissingcolumns", "allowMissingColumns"),
+                   ignore_extra_columns=_flag(opts, "ignoreextracolumns", "ignoreExtraColumns"),
+                   max_reject_fraction=check_fraction(
+                       opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION), "maxRejectFraction"),
+                   split=opts.get("split") or None, split_by=opts.get("splitby") or None)
 
 
-def _true(value) -> bool:
-    return str(value).strip().lower() in ("true", "1", "yes")
+def _flag(opts: dict, key: str, name: str) -> bool:
+    value = str(opts.get(key, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, got {opts[key]!r}")
+    return value == "true"
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading: spark.read.format("tfrecord").load(path)
 # ---------------------------------------------------------------------------------------------
 INFER_SAMPLE_RECORDS = 1000
-_SPARK_TYPES = {"int64": "bigint", "float": "float", "string": "string", "bytes": "binary"}
 
 
 def spark_type(f: Feature, steps: bool = False) -> str:
     """The Spark SQL type of a feature's column (``steps``: an array of it, a sequence feature)."""
-    t = _SPARK_TYPES[f.type]
+    t = SPARK_TYPES[f.type].read_as
     t = f"array<{t}>" if f.is_list else t
     return f"array<{t}>" if steps else t
 
@@ -434,55 +513,6 @@ def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None]:
 
     src = sources.resolve_source(path)
     return [(f.uri, f.compression) for f in src.files], src.manifest.schema if src.manifest else None
-
-
-def schema_from_records(records) -> Schema:
-    """A schema inferred from decoded records (as spark-tfrecord infers): int64_list -> int64,
-    float_list -> float, bytes_list -> string (bytes when not UTF-8); a list when any record holds
-    more or fewer than one value; feature lists make a SequenceExample."""
-    from tfrecord_io.core.decode import decode_record
-
-    kinds: dict[str, str] = {}
-    listy: dict[str, bool] = {}
-    binary: set[str] = set()
-    seq_kinds: dict[str, str] = {}
-    seq_listy: dict[str, bool] = {}
-    for data in records:
-        rec = decode_record(data)
-        for name, (kind, values) in rec.features.items():
-            if kind is not None:
-                kinds.setdefault(name, kind)
-            listy[name] = listy.get(name, False) or len(values) != 1
-            if kind == "bytes_list" and any(not _utf8(v) for v in values):
-                binary.add(name)
-        for name, steps in (rec.feature_lists or {}).items():
-            for kind, values in steps:
-                if kind is not None:
-                    seq_kinds.setdefault(name, kind)
-                seq_listy[name] = seq_listy.get(name, False) or len(values) != 1
-    if not kinds and not seq_kinds:
-        raise ValueError("no records to infer a schema from: pass option('schema', ...) or .schema(...)")
-
-    def feature(name, kind, is_list) -> Feature:
-        t = {"int64_list": "int64", "float_list": "float"}.get(kind, "bytes" if name in binary else "string")
-        return Feature(name=name, type=t, shape=(-1,) if is_list else None)
-
-    if not seq_kinds:
-        return Schema(features=tuple(feature(n, k, listy[n]) for n, k in sorted(kinds.items())))
-    context = tuple(feature(n, k, listy[n]) for n, k in sorted(kinds.items()))
-    sequence = tuple(feature(n, k, seq_listy[n]) for n, k in sorted(seq_kinds.items()))
-    key = context[0].name if context else None
-    if key is None:
-        raise ValueError("SequenceExamples without context features: pass option('schema', ...)")
-    return Schema(record_type="sequence_example", context=context, sequence=sequence, group_by=key)
-
-
-def _utf8(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -549,8 +579,10 @@ class _Reader(DataSourceReader):
     def _batch_tf(self, records: list[bytes]) -> pa.RecordBatch:
         """Examples decoded by TensorFlow's vectorized parser (when the executor has TensorFlow):
         every feature as a ragged list, so that a missing one is null, not an error."""
+        from tfrecord_io.engines.tfdata import tf_dtype
+
         tf = _tensorflow()
-        spec = {name: tf.io.RaggedFeature(self.schema.feature(name).tf_dtype(), row_splits_dtype=tf.int64)
+        spec = {name: tf.io.RaggedFeature(tf_dtype(self.schema.feature(name)), row_splits_dtype=tf.int64)
                 for name, _ in self.columns}
         parsed = tf.io.parse_example(tf.constant(records), spec)
         arrays = []
@@ -602,3 +634,60 @@ class JobDataSource(TFRecordDataSource):
     @classmethod
     def name(cls) -> str:
         return "tfrecord_io_job"
+
+
+# ---------------------------------------------------------------------------------------------
+# The Spark job's --format parquet|orc|table: a DataFrame through this data source
+# ---------------------------------------------------------------------------------------------
+def convert_dataframe(spark, plan, *, faults=None, started: float | None = None) -> dict:
+    """The Spark job for ``--format parquet|orc|table`` (a :class:`~tfrecord_io.conversion.plan.Plan`):
+    Spark reads the input; its columns are matched to the features by name and their types checked
+    (:func:`check_column_types`) on the driver before any task; the rows are written by this data
+    source, under the job's name for it (:class:`JobDataSource`): the same contract, rejects and
+    commit.  Returns the committed manifest."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    started = time.monotonic() if started is None else started
+    options, schema, out = plan.options, plan.schema, plan.output
+    fmt = options.input_format
+    try:
+        df = spark.table(options.inputs[0]) if fmt == "table" else spark.read.format(fmt).load(list(options.inputs))
+    except Exception as e:  # AnalysisException: no such path or table
+        raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {worker_error(e)}") from e
+    where = f"the {fmt} input"
+    columns.check_columns(schema, {where: df.columns}, input_format="table",
+                          allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
+                          schema_name=options.schema_name)
+    check_column_types(schema, df.schema, where, options.schema_name)
+    present = set(df.columns)
+    selected = df.select(*[F.col(_quoted(f.name)) if f.name in present else
+                           F.lit(None).cast(spark_type(f)).alias(f.name) for f in schema.features])
+    files = df.inputFiles()
+    input_bytes = sum(fs.size(u) for u in files) if files else 0
+    plan.prepare_output(input_paths=files)
+    if options.shards == "input":  # a shard per partition of Spark's read: no shuffle
+        num_shards = selected.rdd.getNumPartitions()
+    else:
+        num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
+        selected = selected.repartition(num_shards)
+    source = JobDataSource if faults is None else type("FaultyJobDataSource", (JobDataSource,), {"faults": faults})
+    spark.dataSource.register(source)
+    writer = (selected.write.format(JobDataSource.name())
+              .mode("append").option("schemaJson", json.dumps(schema.to_dict()))
+              .option("compression", options.compression)
+              .option("maxRejectFraction", str(options.max_reject_fraction)))
+    if plan.splits is not None:
+        writer = writer.option("split", options.split)
+        if options.split_by:
+            writer = writer.option("splitBy", options.split_by)
+    writer.save(out)
+    manifest = dict(output.read_manifest(out))
+    manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
+                       "seconds": round(time.monotonic() - started, 3)}
+    return manifest
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"

@@ -93,13 +93,13 @@ import numpy as np
 from tfrecord_io.core.framing import (HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, frame_records,
                                  normalize_compression, read_records)
 from tfrecord_io.storage import sources
-from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, tf_can_open
+from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source, SourceFile
-from tfrecord_io.core.schema import Schema
+from tfrecord_io.core.schema import Feature, Schema
 
 __all__ = [
     "DEFAULT_SHUFFLE_BUFFER", "LoaderOptions", "LoaderStats", "SourceFile", "Source",
-    "input_fn", "make_dataset", "prefetch_to_gpu", "resolve_source", "steps_per_epoch",
+    "input_fn", "make_dataset", "parse_spec", "prefetch_to_gpu", "resolve_source", "steps_per_epoch", "tf_dtype",
 ]
 
 log = logging.getLogger(__name__)
@@ -360,6 +360,32 @@ def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
 # ---------------------------------------------------------------------------------------
 # The end-of-file check
 # ---------------------------------------------------------------------------------------
+_TF_SCHEMES: dict[str, bool] = {}
+
+
+def tf_can_open(uri: str) -> bool:
+    """True when TensorFlow's own filesystem layer can read ``uri`` (local paths always can).
+
+    Probes ``tf.io.gfile.exists(uri)`` once per scheme: TF 2.21 raises ``UnimplementedError`` for
+    ``hdfs://``; a TF built with HDFS support but without libhdfs raises another error.  Either
+    way TF cannot read the scheme and the caller streams through :class:`ShardCache` instead.
+    """
+    scheme = scheme_of(uri)
+    if scheme in ("", "file"):
+        return True
+    if scheme not in _TF_SCHEMES:
+        import tensorflow as tf
+
+        try:
+            tf.io.gfile.exists(uri)
+            _TF_SCHEMES[scheme] = True
+        except tf.errors.OpError as e:
+            log.info("TensorFlow cannot open %s:// (%s); streaming through a local shard cache",
+                     scheme, e.message.splitlines()[0] if e.message else type(e).__name__)
+            _TF_SCHEMES[scheme] = False
+    return _TF_SCHEMES[scheme]
+
+
 def _local_path(uri: str) -> str:
     return urlsplit(uri).path if uri.startswith("file:") else uri
 
@@ -708,18 +734,54 @@ def _shuffle_records(chunks, opts: LoaderOptions):
         permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
 
 
+def tf_dtype(f: Feature):
+    """The TensorFlow dtype of a feature's values (bytes and string are both ``tf.string``)."""
+    import tensorflow as tf
+
+    return {"int64": tf.int64, "float": tf.float32}.get(f.type, tf.string)
+
+
+def parse_spec(schema: Schema):
+    """The ``tf.io.parse_example`` spec of ``schema``, or ``(context, sequence)`` specs for
+    SequenceExamples (``tf.io.parse_sequence_example``).
+
+    Scalars are ``FixedLenFeature([])`` (with the schema default when given: a record missing a
+    scalar with no default fails to parse, naming the feature); ``[k]`` lists are
+    ``FixedLenFeature([k])``; ``[-1]`` lists are ``RaggedFeature``.  Sequence features are
+    ``FixedLenSequenceFeature`` (scalar/[k] steps) or ``RaggedFeature``.
+    """
+    import tensorflow as tf
+
+    def spec(f: Feature, in_sequence: bool = False):
+        dtype = tf_dtype(f)
+        if f.is_varlen:
+            return tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+        shape = [] if f.shape is None else list(f.shape)
+        if in_sequence:
+            return tf.io.FixedLenSequenceFeature(shape, dtype, allow_missing=True)
+        default = f.default
+        if isinstance(default, tuple):
+            default = list(default)
+        return tf.io.FixedLenFeature(shape, dtype, default_value=default)
+
+    if schema.record_type == "example":
+        return {f.name: spec(f) for f in schema.features}
+    return ({f.name: spec(f) for f in schema.context},
+            {f.name: spec(f, in_sequence=True) for f in schema.sequence})
+
+
 def _parser(schema: Schema, ragged: bool):
     """The batch -> features (or (features, label)) function."""
     import tensorflow as tf
 
     label = schema.label
     if schema.record_type == "example":
-        spec = schema.parse_spec()
+        spec = parse_spec(schema)
 
         def parse(serialized):
             return tf.io.parse_example(serialized, spec)
     else:
-        context_spec, sequence_spec = schema.parse_spec()
+        context_spec, sequence_spec = parse_spec(schema)
         names = {f.name for f in schema.input_features}
         if not ragged:
             clash = sorted(f"{s}_length" for s in sequence_spec if f"{s}_length" in names)

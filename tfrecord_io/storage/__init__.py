@@ -1,5 +1,7 @@
 """Storage: where bytes live and how a conversion owns its output.
 
-fs (local paths and hdfs:// behind one interface), inputs (listing input files, strict
-decompression, Hadoop-style line ranges), output (the output contract: shards, manifest,
-rejects, _SUCCESS, exactly-once commit), shard_cache (the loader's local cache of HDFS shards)."""
+fs (local paths and hdfs:// behind one interface: the one place HDFS is reached), schema_io
+(a schema from a path or URI), inputs (listing input files, strict decompression, Hadoop-style
+line ranges), sources (TFRecord sources and their manifest, for every reader), output (the output
+contract: shards, manifest, rejects, _SUCCESS, exactly-once commit), shard_cache (the loader's
+local cache of HDFS shards).  Imports no engine."""

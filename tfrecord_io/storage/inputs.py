@@ -42,7 +42,7 @@ import bz2
 import io
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Iterable
 
 from tfrecord_io.storage import fs
 
@@ -224,14 +224,10 @@ class DecompressingReader(_Wrapping):
         return n
 
 
-def open_input(uri: str, opener: Callable[[str, str], BinaryIO] | None = None) -> BinaryIO:
-    """Open an input file for reading its (decompressed) bytes; see the module doc.
-
-    ``opener(uri, "rb")`` opens the raw bytes (default :func:`tfrecord_io.storage.fs.open`; the Beam
-    pipeline passes Beam's FileSystems).  The returned stream is buffered.
-    """
+def open_input(uri: str) -> BinaryIO:
+    """Open an input file for reading its (decompressed) bytes, buffered; see the module doc."""
     codec = compression_of(uri)
-    raw = (opener or fs.open)(uri, "rb")
+    raw = fs.open(uri, "rb")
     try:
         buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(_Raw(raw), _CHUNK)
         head = buffered.peek(8)[:8]

@@ -143,68 +143,83 @@ def check_output_apart(output: str, input_uris: Iterable[str], input_paths: Iter
                                       f"output directory outside the input")
 
 
-def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
-                   input_paths: Iterable[str] = ()) -> None:
-    """Check the output against the inputs, then refuse an existing non-empty output unless
-    ``overwrite``; with it, delete only what a previous conversion wrote there.
+def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
+                 input_paths: Iterable[str] = ()) -> list[str]:
+    """What :func:`prepare_output` would do, without doing it: raise what it would raise; return the
+    entries of ``output`` it would delete.
 
     Raises :class:`OutputOverlapsInput` for an output that overlaps an input and
     FileExistsError for an existing output that may not be replaced: without ``overwrite``,
     or (even with it) when the directory holds anything a conversion does not write
     (``part-*.tfrecord*``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
+    A directory that holds only ``_temporary`` is what a failed run left: it is cleared
+    without ``overwrite`` too (a run that fails never blocks the next).
     """
     check_output_apart(output, inputs, input_paths)
-    if fs.exists(output):
-        if not fs.isdir(output):
-            raise FileExistsError(f"output {output} exists and is a file")
-        entries = fs.ls(output)
-        if entries:
-            if not overwrite:
-                raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
-            names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
-            splits = _previous_splits(output) if MANIFEST in names else set()
-            foreign = sorted(n for n in names if not _owned(n) and n not in splits)
-            if foreign:
-                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-                raise FileExistsError(
-                    f"output {output} holds files that no conversion wrote ({shown}); --overwrite only replaces "
-                    f"a previous conversion's output: choose another --output or remove them yourself")
-            for entry in entries:
-                fs.delete(entry, recursive=True)
-    fs.makedirs(output)
+    if not fs.exists(output):
+        return []
+    if not fs.isdir(output):
+        raise FileExistsError(f"output {output} exists and is a file")
+    entries = fs.ls(output)
+    names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+    if not entries or names == [TEMPORARY]:
+        return entries
+    if not overwrite:
+        raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
+    splits = _previous_splits(output) if MANIFEST in names else set()
+    foreign = sorted(n for n in names if not _owned(n) and n not in splits)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FileExistsError(
+            f"output {output} holds files that no conversion wrote ({shown}); --overwrite only replaces "
+            f"a previous conversion's output: choose another --output or remove them yourself")
+    return entries
+
+
+def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
+                   input_paths: Iterable[str] = ()) -> None:
+    """Check the output against the inputs (:func:`check_output`); delete what a previous conversion
+    wrote there (with ``overwrite``) or a failed run left; create it and its ``_temporary``."""
+    for entry in check_output(output, overwrite=overwrite, inputs=inputs, input_paths=input_paths):
+        fs.delete(entry, recursive=True)
+    fs.makedirs(fs.join(output, TEMPORARY))
+
+
+def abort(output: str) -> None:
+    """Best effort, after a failed run: remove what its task attempts wrote (``_temporary``), so that
+    the output holds nothing of it.  Never raises: the run's own error is the one to report."""
+    temporary = fs.join(output, TEMPORARY)
+    try:
+        if fs.exists(temporary):
+            fs.delete(temporary, recursive=True)
+    except OSError as e:
+        import logging
+
+        logging.getLogger(__name__).warning("could not remove %s after the failed run: %s", temporary, e)
 
 
 def attempt_dir(output: str, attempt: str) -> str:
     return fs.join(output, TEMPORARY, attempt)
 
 
-def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str, *,
-                opener=None) -> WrittenFile:
-    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file.
-
-    ``opener(uri, "wb")`` opens it (default :func:`tfrecord_io.storage.fs.open`; Beam passes its FileSystems).
-    """
+def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str) -> WrittenFile:
+    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file."""
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
-    open_file = opener or fs.open
-    with open_file(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
+    with fs.open(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
         for batch in records:
             w.write_batch(batch)
     return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
 
 
-def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str, *,
-                  opener=None) -> WrittenFile | None:
-    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none).
-
-    ``opener`` as for :func:`write_shard`.
-    """
+def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str) -> WrittenFile | None:
+    """Write reject rows as JSON lines to this attempt's temporary area (None when there are none)."""
     temp_path = fs.join(attempt_dir(output, attempt), REJECTS, final_name)
     count = size = 0
     f = None
     try:
         for row in lines:
             if f is None:
-                f = (opener or fs.open)(temp_path, "wb")
+                f = fs.open(temp_path, "wb")
             data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
             f.write(data)
             count += 1
@@ -321,20 +336,19 @@ def _finish(directory: str, manifest: dict) -> None:
         pass
 
 
-def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str], compression: str, *,
-                       opener=None) -> list[WrittenFile]:
+def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str],
+                       compression: str) -> list[WrittenFile]:
     """Write ``(records, split index per record)`` batches to one temporary file per split
     (``final_names[i]`` for split i); returns what was written, empty files included."""
     import numpy as np
     import pyarrow as pa
 
-    open_file = opener or fs.open
     comp = normalize_compression(compression)
     paths = [fs.join(attempt_dir(output, attempt), name) for name in final_names]
     handles, writers = [], []
     try:
         for path in paths:
-            handles.append(open_file(path, "wb"))
+            handles.append(fs.open(path, "wb"))
             writers.append(TFRecordWriter(handles[-1], compression=comp))
         for records, which in batches:
             which = np.asarray(which)

@@ -30,8 +30,8 @@ a deleted iterator) leaves nothing behind.  Rules that keep this deadlock-free:
   holds: a parallel interleave holds its ``cycle_length`` open files plus ``2 x cycle_length``
   it opens ahead, and the loader defaults ``max_files`` to ``3 x cycle_length``).
 
-:func:`tf_can_open` tells whether TensorFlow has a working filesystem for a URI's scheme, in which
-case the loader reads it directly and no cache is used.
+The loader (:func:`tfrecord_io.engines.tfdata.tf_can_open`) reads a scheme that TensorFlow has a
+working filesystem for directly, with no cache.  This module imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -48,39 +48,13 @@ from typing import Iterator, Sequence
 
 from tfrecord_io.storage import fs
 
-__all__ = ["CacheStats", "ShardCache", "tf_can_open", "scheme_of"]
+__all__ = ["CacheStats", "ShardCache", "scheme_of"]
 
 log = logging.getLogger(__name__)
 
 def scheme_of(uri: str) -> str:
     """``"hdfs"`` for ``hdfs://...``; ``""`` for a plain local path."""
     return uri.split("://", 1)[0].lower() if "://" in uri else ""
-
-
-_TF_SCHEMES: dict[str, bool] = {}
-
-
-def tf_can_open(uri: str) -> bool:
-    """True when TensorFlow's own filesystem layer can read ``uri`` (local paths always can).
-
-    Probes ``tf.io.gfile.exists(uri)`` once per scheme: TF 2.21 raises ``UnimplementedError`` for
-    ``hdfs://``; a TF built with HDFS support but without libhdfs raises another error.  Either
-    way TF cannot read the scheme and the caller streams through :class:`ShardCache` instead.
-    """
-    scheme = scheme_of(uri)
-    if scheme in ("", "file"):
-        return True
-    if scheme not in _TF_SCHEMES:
-        import tensorflow as tf
-
-        try:
-            tf.io.gfile.exists(uri)
-            _TF_SCHEMES[scheme] = True
-        except tf.errors.OpError as e:
-            log.info("TensorFlow cannot open %s:// (%s); streaming through a local shard cache",
-                     scheme, e.message.splitlines()[0] if e.message else type(e).__name__)
-            _TF_SCHEMES[scheme] = False
-    return _TF_SCHEMES[scheme]
 
 
 @dataclass

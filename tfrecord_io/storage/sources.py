@@ -35,6 +35,7 @@ from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.inputs import hidden, is_glob
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
+from tfrecord_io.storage.schema_io import load_schema
 
 __all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "iter_file_records", "resolve_source",
            "sniff_compression"]
@@ -316,7 +317,7 @@ def _with_schema(src: Source, schema: Any) -> Source:
         resolved = Schema.from_dict(schema)
     elif isinstance(schema, (str, os.PathLike)):
         try:
-            resolved = Schema.load(os.fspath(schema))
+            resolved = load_schema(os.fspath(schema))
         except SchemaError as e:
             raise ValueError(f"schema {os.fspath(schema)}: {e}") from e
     else:

@@ -6,7 +6,8 @@ Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from tfrecord_io.commands import exits
 
 _HELP = """\
 actions:
@@ -60,10 +61,9 @@ def run(args: argparse.Namespace) -> int:
             h = flink.status(base)
             if h is None:
                 print(f"no job server running in {base}")
-                return 1
+                return exits.FAILED
             print(f"{h.runner} job server in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n"
                   f"{_describe(h)}")
     except (flink.FlinkLocalError, TimeoutError, ValueError) as e:
-        print(f"tfrecord-io flink-local {args.action}: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return exits.fail(f"flink-local {args.action}", str(e), exits.FAILED)
+    return exits.OK
