@@ -9,7 +9,19 @@ Maven missing, jars that do not resolve -- the fixture FAILS (it never skips) wi
 * ``hdfs``: a NameNode + DataNode (:class:`tfrecord_io.clusters.hdfs_local.LocalHdfs`);
 * ``yarn``: a ResourceManager + NodeManager on that HDFS (:class:`~tfrecord_io.clusters.hdfs_local.LocalYarn`);
 * ``flink``: Beam's Flink job server, Flink master ``[local]`` (:mod:`tfrecord_io.clusters.flink`);
-* ``beam_spark``: Beam's Spark job server (Spark 3.5.1 in ``local[2]``).
+* ``beam_spark``: Beam's Spark job server (Spark 3.5.1 in ``local[2]``);
+* ``secure_hdfs``: the HDFS with Kerberos (a MiniKdc), one NameNode, one DataNode;
+* ``secure_ha_hdfs``: Kerberos, two NameNodes in the nameservice ``minidfs-ns`` and three
+  DataNodes, replication 3, for failover, stopped-DataNode and replica tests.  Tests that fail
+  over change it for the tests after them: they must not assume which NameNode is active; stop
+  DataNodes only on a cluster of your own;
+* ``secure_yarn``: a secure ResourceManager + NodeManager next to ``secure_hdfs``;
+* ``faulty_hdfs``: two NameNodes (``minidfs-ns``) and three DataNodes, no Kerberos, for the tests
+  that fail over and stop DataNodes while clients run (each changes it for the tests after it);
+* ``lagging_hdfs``: a DataNode that reports new blocks to the NameNode only every 800 ms, as a
+  loaded NameNode sees them, so that ``addBlock`` answers ``NotReplicatedYetException``.
+
+Nothing here touches ``os.environ`` either: clients of the secure clusters take ``handle.env()``.
 
 Nothing here touches ``os.environ``: tests pass ``hdfs.conf_dir`` / ``hdfs.namenode_uri`` explicitly.
 Markers follow the fixtures a test uses (``conftest.MARKERS``): ``-m "not hdfs"`` leaves out every
@@ -75,3 +87,30 @@ beam_spark = session_cluster(
     "the Beam-on-Spark test needs Beam's Spark job server (Java 17 and Maven; `tfrecord-io flink-local fetch "
     "--runner spark` resolves the jars)",
     lambda s: f"Beam Spark job server at {s.job_endpoint} (log {s.log_path})")
+
+secure_hdfs = session_cluster(
+    "secure_hdfs", lambda base: hdfs_local.start(base, detach=False, kerberos=True), _LOCAL_ERRORS,
+    "the tests need a local HDFS with Kerberos (Java 17+ and Maven: `tfrecord-io hdfs-local fetch`)",
+    lambda h: f"local HDFS with Kerberos at {h.namenode_uri} (log {h.log_path})")
+
+secure_ha_hdfs = session_cluster(
+    "secure_ha_hdfs", lambda base: hdfs_local.start(base, detach=False, kerberos=True, ha=True, datanodes=3),
+    _LOCAL_ERRORS, "the tests need a local HA HDFS with Kerberos and 3 DataNodes (Java 17+ and Maven)",
+    lambda h: f"local HA HDFS with Kerberos at {h.namenode_uri}, 3 DataNodes (log {h.log_path})")
+
+secure_yarn = session_cluster(
+    "secure_yarn", lambda base, secure_hdfs: hdfs_local.start_yarn(secure_hdfs, base, detach=False), _LOCAL_ERRORS,
+    "the tests need a local YARN with Kerberos (Java 17+ and Maven)",
+    lambda y: f"local YARN with Kerberos, ResourceManager {y.rm_address} (log {y.log_path})",
+    requires=("secure_hdfs",))
+
+faulty_hdfs = session_cluster(
+    "faulty_hdfs", lambda base: hdfs_local.start(base, detach=False, ha=True, datanodes=3), _LOCAL_ERRORS,
+    "the fault tests need a local HA HDFS with 3 DataNodes (Java 17+ and Maven)",
+    lambda h: f"local HA HDFS at {h.namenode_uri}, 3 DataNodes (log {h.log_path})")
+
+lagging_hdfs = session_cluster(
+    "lagging_hdfs", lambda base: hdfs_local.start(base, detach=False,
+                                                  conf={"dfs.blockreport.incremental.intervalMsec": "800"}),
+    _LOCAL_ERRORS, "the NotReplicatedYet tests need a local HDFS (Java 17+ and Maven)",
+    lambda h: f"local HDFS whose DataNode reports blocks late, at {h.namenode_uri} (log {h.log_path})")

@@ -70,6 +70,8 @@ MARKERS = {
     "spark": ("spark",), "submit": ("spark",), "spark_cli": ("spark",), "standalone": ("spark",),
     "standalone_two_hosts": ("spark",),
     "hdfs": ("hdfs",), "yarn": ("yarn", "hdfs", "spark"), "flink": ("flink",), "beam_spark": ("flink",),
+    "secure_hdfs": ("hdfs",), "secure_ha_hdfs": ("hdfs",), "secure_yarn": ("yarn", "hdfs", "spark"),
+    "faulty_hdfs": ("hdfs",), "lagging_hdfs": ("hdfs",),
     "installed": ("spark",), "slim": ("spark",),  # tests/test_installed.py: the wheel's commands start Spark
 }
 

@@ -15,7 +15,7 @@ import sys
 # (name, module, one-line help)
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("demo", "tfrecord_io.commands.demo", "the whole path on sample data: CSV -> TFRecords (Spark) -> inspect -> Keras training"),
-    ("hdfs-local", "tfrecord_io.clusters.hdfs_local.command",
+    ("hdfs-local", "tfrecord_io.commands.hdfs_local",
      "start, stop or query a single-node HDFS on loopback (for tests and trying things out)"),
     ("flink-local", "tfrecord_io.commands.flink_local", "fetch, start, stop or query a Beam job server for Flink on loopback"),
     ("infer-schema", "tfrecord_io.commands.infer",
@@ -26,6 +26,26 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("stats", "tfrecord_io.commands.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),
     ("pack-env", "tfrecord_io.commands.pack_env", "pack a slim Python environment (no TensorFlow) for Spark executors on YARN"),
 )
+
+
+# Commands that read or write hdfs://: they take the keytab options (tfrecord_io.storage.credentials).
+_HDFS_COMMANDS = ("convert", "infer-schema", "inspect", "verify", "stats")
+
+
+def add_credential_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--principal``/``--keytab``: log in to a kerberized HDFS from a keytab, without kinit."""
+    parser.add_argument("--principal", default=None, metavar="NAME@REALM",
+                        help="Kerberos principal to log in to HDFS as, with --keytab (default: the ticket cache "
+                             "of KRB5CCNAME, or $TFRECORD_IO_KERBEROS_PRINCIPAL)")
+    parser.add_argument("--keytab", default=None, metavar="FILE", help="the principal's keytab (with --principal)")
+
+
+def apply_credentials(args: argparse.Namespace) -> None:
+    """Use ``--principal``/``--keytab`` in this process and the ones it starts; ValueError if wrong."""
+    from tfrecord_io.storage import credentials
+
+    if getattr(args, "principal", None) or getattr(args, "keytab", None):
+        credentials.use_keytab(args.principal, args.keytab)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,11 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(_module=module)
         # configure() is cheap: the modules keep their heavy imports inside run().
         importlib.import_module(module).configure(p)
+        if name in _HDFS_COMMANDS:
+            add_credential_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        apply_credentials(args)
+    except ValueError as e:
+        from tfrecord_io.commands import exits
+
+        return exits.fail(args.command, str(e))
     return int(importlib.import_module(args._module).run(args) or 0)
 
 

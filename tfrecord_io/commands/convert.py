@@ -86,10 +86,24 @@ def _plan(args: argparse.Namespace):
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    from tfrecord_io.commands.cli import add_credential_arguments
+
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     opts.add_arguments(parser)
+    add_credential_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
+
+
+def _credentials(args: argparse.Namespace) -> int | None:
+    """Apply ``--principal``/``--keytab``; the exit status (reported) when they are wrong, else None."""
+    from tfrecord_io.commands.cli import apply_credentials
+
+    try:
+        apply_credentials(args)
+    except ValueError as e:
+        return exits.fail(COMMAND, str(e))
+    return None
 
 
 # ------------------------------------------------------------------------------------ Spark
@@ -104,6 +118,11 @@ def run_spark(spark, plan, *, debug: bool = False, faults=None) -> int:
 def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
     """``spark-submit jobs/to_tfrecord.py``: parse and plan, then start the session and run."""
     args = _parser("to_tfrecord.py", "Convert CSV or JSON (local or HDFS) into TFRecords with Spark.").parse_args(argv)
+    if not args.principal and not args.keytab:
+        args.principal, args.keytab = _spark_submit_keytab()
+    code = _credentials(args)
+    if code is not None:
+        return code
     plan, code = _plan(args)
     if plan is None:
         return code
@@ -117,6 +136,21 @@ def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
         return run_spark(spark, plan, debug=args.debug, faults=faults)
     finally:
         spark.stop()
+
+
+def _spark_submit_keytab() -> tuple[str | None, str | None]:
+    """spark-submit's ``--principal``/``--keytab`` (``spark.kerberos.principal/keytab``), when this is
+    its driver and the keytab is here (in YARN's cluster mode the driver has delegation tokens instead)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit: start no JVM for this
+        return None, None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # the gateway spark-submit started; no SparkContext yet
+    conf = SparkConf()
+    principal, keytab = conf.get("spark.kerberos.principal", None), conf.get("spark.kerberos.keytab", None)
+    if principal and keytab and os.path.isfile(keytab):
+        return principal, keytab
+    return None, None
 
 
 # ------------------------------------------------------------------------------------- Beam
@@ -166,6 +200,9 @@ def beam_main(argv: list[str] | None = None, *, faults=None) -> int:
         args, beam_args = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse exits on --help (0) and on bad arguments (2)
         return int(e.code or 0)
+    code = _credentials(args)
+    if code is not None:
+        return code
     return run_beam(args, beam_args, faults=faults)
 
 
@@ -216,9 +253,13 @@ def run(args: argparse.Namespace) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from tfrecord_io.storage import credentials
+
     spark_conf = SparkConf()
     if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
         spark_conf.set("spark.ui.showConsoleProgress", "false")
+    if credentials.java_options():  # the driver JVM finds KRB5_CONFIG's realm too
+        spark_conf.set("spark.driver.extraJavaOptions", credentials.java_options())
     for k, v in conf.items():
         spark_conf.set(k, v)
     builder = SparkSession.builder.appName("tfrecord-io convert").config(conf=spark_conf)

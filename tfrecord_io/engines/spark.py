@@ -158,6 +158,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     started = time.monotonic()
     if isinstance(plan, ConversionOptions):
         plan = plan_conversion(plan)
+    _local_workers_take_the_keytab(spark.sparkContext)
     if plan.options.input_format not in TEXT_FORMATS:
         from tfrecord_io.engines.spark_datasource import convert_dataframe
 
@@ -202,6 +203,18 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": plan.input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}
     return manifest
+
+
+def _local_workers_take_the_keytab(sc) -> None:
+    """In local mode the Python workers (this machine's processes, started by the JVM) log in from the
+    driver's keytab too; on a cluster they never get it: they use the delegation tokens the cluster
+    manager gives them (:mod:`tfrecord_io.storage.credentials`)."""
+    from tfrecord_io.storage import credentials
+
+    if sc.master.startswith("local"):
+        for name in (credentials.PRINCIPAL_ENV, credentials.KEYTAB_ENV):
+            if os.environ.get(name):
+                sc.environment[name] = os.environ[name]
 
 
 def _wait_for_stragglers(sc, job_group: str, timeout: float = STRAGGLER_WAIT_S) -> None:

@@ -7,10 +7,12 @@ Module-level functions dispatch on the URI; Spark and Beam workers call them dir
         f.write(payload)
     fs.glob("hdfs://127.0.0.1:9000/data/part-*.tfrecord")
 
-HDFS goes over native RPC with ``hdfs_native.Client``, configured from the URI's authority, or from
-``HADOOP_CONF_DIR`` (``fs.defaultFS``, name services) when the URI has none (``hdfs:///path``).
-The HDFS user is the calling process's ``HADOOP_USER_NAME``, else its OS user (hdfs-native reads
-both when a client is created; clients are cached per authority + user + process).
+HDFS goes over native RPC with ``hdfs_native.Client``, configured from the URI's authority (a
+``host:port``, or an HA nameservice of ``HADOOP_CONF_DIR``), or from ``HADOOP_CONF_DIR``'s
+``fs.defaultFS`` when the URI has none (``hdfs:///path``).  Who the client is -- a keytab, a
+Kerberos ticket cache, delegation tokens or a simple user -- is :mod:`tfrecord_io.storage.credentials`'
+business, the one place credentials enter; clients are cached per authority, credentials and
+process.  A client the cluster does not let in gets a PermissionError that says what is missing.
 
 Semantics shared by both backends (``tests/test_fs_contract.py`` checks them on both):
 
@@ -43,8 +45,8 @@ import builtins
 import ctypes
 import errno
 import fnmatch
-import getpass
 import io
+import logging
 import os
 import re
 import shutil
@@ -53,6 +55,8 @@ import threading
 import time
 from typing import BinaryIO, Callable
 from urllib.parse import urlsplit
+
+from tfrecord_io.storage import credentials
 
 __all__ = [
     "FileSystem", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
@@ -67,6 +71,7 @@ _BUFFER = 4 * 1024 * 1024     # buffered reader/writer size
 # reads against 0.89-1.33 in 8 MiB reads and 1.25-1.49 in 64 KiB reads (2-core machine).
 _MAX_READ = 1024 * 1024
 _MAGIC = re.compile(r"[*?\[]")
+log = logging.getLogger(__name__)
 
 
 class NameNodeUnreachableError(TimeoutError, ConnectionError):
@@ -340,9 +345,16 @@ _ERRNO = {
 }
 
 
-def _map_error(e: BaseException, uri: str) -> OSError:
-    """A built-in OSError subclass for an hdfs-native error, naming ``uri``."""
+def _map_error(e: BaseException, uri: str, client: "HdfsFileSystem | None" = None) -> OSError:
+    """A built-in OSError subclass for an hdfs-native error, naming ``uri``; a client that was not
+    let in gets a PermissionError saying what is missing (:func:`tfrecord_io.storage.credentials.explain`)."""
     text = str(e)
+    if client is not None:
+        disconnected = "RPC listener disconnected" in text or "early eof" in text
+        refused = credentials.explain(text, uri, client.credentials,
+                                      listening=client.namenode_listening() if disconnected else None)
+        if refused is not None:
+            return refused
     m = _RPC_ERROR.search(text)
     if m:
         java_class, message = m.group(1).rsplit(".", 1)[-1], m.group(2).replace('\\"', '"')
@@ -378,15 +390,30 @@ class HdfsFileSystem(FileSystem):
     Picklable: a worker gets the authority and timeout and opens its own client on first use.
     """
 
-    def __init__(self, authority: str = "", timeout: float | None = None):
-        self.authority = authority  # "host:port", or "" for fs.defaultFS from HADOOP_CONF_DIR
+    def __init__(self, authority: str = "", timeout: float | None = None,
+                 creds: credentials.HdfsCredentials | None = None):
+        self.authority = authority  # "host:port", a nameservice, or "" for fs.defaultFS from HADOOP_CONF_DIR
         self.timeout = hdfs_timeout() if timeout is None else float(timeout)
+        self.credentials = creds if creds is not None else credentials.current()
         self._client_obj = None
         self._client_pid = None
         self._lock = threading.Lock()
 
-    def __reduce__(self):
+    def __reduce__(self):  # a worker takes its own credentials (module doc of storage.credentials)
         return (HdfsFileSystem, (self.authority, self.timeout))
+
+    def namenode_listening(self) -> bool | None:
+        """Does the NameNode of a ``host:port`` authority accept TCP connections (None: a nameservice)?"""
+        import socket
+
+        host, _, port = self.authority.rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=min(self.timeout, 5)).close()
+            return True
+        except OSError:
+            return False
 
     def __repr__(self):
         return f"HdfsFileSystem({self.authority!r}, timeout={self.timeout})"
@@ -409,7 +436,7 @@ class HdfsFileSystem(FileSystem):
                 }
                 url = f"hdfs://{self.authority}" if self.authority else None
                 try:
-                    self._client_obj = hdfs_native.Client(url, config=config)
+                    self._client_obj = hdfs_native.Client(url, config=config, **self.credentials.client_kwargs())
                 except Exception as e:
                     raise ValueError(f"{uri}: cannot set up an HDFS client ({e}); an hdfs:// "
                                      "URI without host:port needs HADOOP_CONF_DIR with "
@@ -447,7 +474,7 @@ class HdfsFileSystem(FileSystem):
                 errno.ETIMEDOUT, f"no answer from HDFS at hdfs://{self.authority} within "
                 f"{timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
         if "error" in box:
-            raise _map_error(box["error"], uri) from box["error"]
+            raise _map_error(box["error"], uri, self) from box["error"]
         return box["result"]
 
     def _path(self, uri: str) -> str:
@@ -468,9 +495,12 @@ class HdfsFileSystem(FileSystem):
             raw = _HdfsReader(self, uri, self._call(uri, self._client(uri).read, path))
             return io.BufferedReader(raw, buffer_size=_BUFFER)
         import hdfs_native
-        options = hdfs_native.WriteOptions(overwrite=(mode == "wb"), create_parent=True)
-        raw = _HdfsWriter(self, uri, self._call(uri, self._client(uri).create, path, options))
-        return io.BufferedWriter(raw, buffer_size=_BUFFER)
+
+        def create(overwrite: bool = mode == "wb"):
+            options = hdfs_native.WriteOptions(overwrite=overwrite, create_parent=True)
+            return self._call(uri, self._client(uri).create, path, options)
+
+        return io.BufferedWriter(_HdfsWriter(self, uri, create), buffer_size=_BUFFER)
 
     def exists(self, uri):
         try:
@@ -569,7 +599,7 @@ class HdfsFileSystem(FileSystem):
                 e = box["error"]
                 if isinstance(e, OSError) and e.filename == local_path:
                     raise e  # writing the local file failed (e.g. disk full)
-                raise _map_error(e, uri) from e
+                raise _map_error(e, uri, self) from e
             _check_cancelled(cancelled, uri)
             if progress["copied"] != length:
                 raise OSError(errno.EIO, f"copied {progress['copied']} of {length} bytes to "
@@ -650,35 +680,113 @@ class _HdfsReader(io.RawIOBase):
         return self._inner.tell()
 
 
+def _not_replicated_yet(e: BaseException) -> bool:
+    """The NameNode refused a new block or the file's completion because its last block has not yet
+    been reported by enough DataNodes (``NotReplicatedYetException``; hdfs-native's completion loop
+    gives up with "Failed to complete file in time")."""
+    return "NotReplicatedYetException" in str(e) or "Failed to complete file in time" in str(e)
+
+
 class _HdfsWriter(io.RawIOBase):
     """Streaming writes to an hdfs-native FileWriter; close() completes the file on the NameNode.
 
     close() drains the data hdfs-native still buffers through the DataNode pipeline, so its
     bound grows with the size written: the timeout plus one second per CLOSE_BYTES_PER_S.
+
+    A loaded NameNode refuses a file's next block (``addBlock``) or its completion with
+    ``NotReplicatedYetException`` while the DataNodes have not yet reported the previous block;
+    Hadoop's Java client retries those calls with backoff (``dfs.client.block.write
+    .locateFollowingBlock.retries``: 5, waiting 0.4 s and doubling); hdfs-native fails the write,
+    and its writer with it.  So this writer keeps what it has written in a spool (in memory up to
+    8 MiB, then in a local temporary file) and on that error starts the file over, at most
+    :data:`RETRIES` times, each logged: it deletes the half-written file (which also ends its
+    lease), creates it again and writes the spool into it -- now pausing before each block
+    boundary (and before completing the file) for as long as the Java client would have waited,
+    doubling with every retry, so that the DataNodes' reports can catch up -- then goes on.
     """
 
     CLOSE_BYTES_PER_S = 4 << 20
+    RETRIES = 5
+    FIRST_WAIT_S = 0.4
 
-    def __init__(self, fs: HdfsFileSystem, uri: str, inner):
-        self._fs, self.name, self._inner = fs, uri, inner
-        self._written = 0
+    def __init__(self, fs: HdfsFileSystem, uri: str, create: Callable):
+        self._fs, self.name, self._create = fs, uri, create
+        self._inner = create()
+        self._written = 0       # bytes written by the caller (all of them in the spool)
+        self._pace = 0.0        # seconds to wait before each block boundary, once the NameNode lags
+        self._block_size = 0    # the file's block size, looked up when pacing starts
+        import tempfile
+
+        self._spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
 
     def writable(self):
         return True
 
     def write(self, buffer) -> int:
         data = bytes(buffer)
-        self._fs._call(self.name, self._inner.write, data)
+        at = self._written
+        self._retrying(lambda: self._send(data, at))
+        self._spool.write(data)
         self._written += len(data)
         return len(data)
 
     def close(self):
         if not self.closed:
-            try:
+            def complete():
+                if self._pace:
+                    time.sleep(self._pace)
                 self._fs._call(self.name, self._inner.close,
                                timeout=self._fs.timeout + self._written / self.CLOSE_BYTES_PER_S)
+            try:
+                self._retrying(complete)
             finally:
+                self._spool.close()
                 super().close()
+
+    def _send(self, data: bytes, at: int) -> None:
+        """Write ``data``, which starts at byte ``at`` of the file; once pacing, split at block
+        boundaries and wait before each."""
+        if not self._pace:
+            self._fs._call(self.name, self._inner.write, data)
+            return
+        bs = self._block_size
+        pos = 0
+        while pos < len(data):
+            offset = at + pos
+            if offset and offset % bs == 0:
+                time.sleep(self._pace)
+            piece = data[pos:pos + bs - offset % bs]
+            self._fs._call(self.name, self._inner.write, piece)
+            pos += len(piece)
+
+    def _retrying(self, op):
+        for attempt in range(self.RETRIES + 1):
+            try:
+                if attempt:
+                    self._start_over()
+                return op()
+            except OSError as e:
+                if attempt == self.RETRIES or not _not_replicated_yet(e):
+                    raise
+                self._pace = self.FIRST_WAIT_S * 2 ** attempt
+                log.warning("%s: the NameNode has not yet seen the last block replicated (%s); writing the file "
+                            "again, waiting %.1fs at each block (retry %d of %d)", self.name,
+                            str(e).split(" (", 1)[0], self._pace, attempt + 1, self.RETRIES)
+
+    def _start_over(self) -> None:
+        """Delete the half-written file, create it again and write the spool into it (paced)."""
+        client = self._fs._client(self.name)
+        path = self._fs._path(self.name)
+        self._inner = None  # hdfs-native's failed writer: dropped, not closed (its close would complete)
+        self._fs._call(self.name, client.delete, path, False)
+        self._inner = self._create(False)
+        if not self._block_size:
+            self._block_size = int(self._fs._call(self.name, client.get_file_info, path).blocksize or _MAX_READ)
+        self._spool.seek(0)
+        at = 0
+        while chunk := self._spool.read(_MAX_READ):
+            self._send(chunk, at)
+            at += len(chunk)
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -698,12 +806,12 @@ def filesystem_for(uri: str) -> FileSystem:
         raise ValueError(f"{uri}: unsupported scheme {scheme!r} "
                          "(use a local path, file:// or hdfs://)")
     authority = _split_prefix(uri)[0][len("hdfs://"):]
-    user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    key = (authority, user, hdfs_timeout(), os.environ.get("HADOOP_CONF_DIR"), os.getpid())
+    creds = credentials.current()
+    key = (authority, creds, hdfs_timeout(), os.getpid())
     with _HDFS_CACHE_LOCK:
         fs = _HDFS_CACHE.get(key)
         if fs is None:
-            fs = _HDFS_CACHE[key] = HdfsFileSystem(authority)
+            fs = _HDFS_CACHE[key] = HdfsFileSystem(authority, creds=creds)
         return fs
 
 

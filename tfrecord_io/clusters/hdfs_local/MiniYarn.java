@@ -5,6 +5,15 @@
  *
  *   java -cp "<jars>/*" MiniYarn.java --base DIR --default-fs hdfs://127.0.0.1:PORT \
  *       [--nm-memory-mb 6144] [--nm-vcores 4] [--min-allocation-mb 256] [--exit-on-stdin-eof]
+ *       [--kerberos PRINCIPAL KEYTAB KRB5_CONF]
+ *
+ * Next to an HA or Kerberos HDFS the caller puts a directory with that HDFS's core-site.xml and
+ * hdfs-site.xml first on the classpath: it is how the ResourceManager and NodeManager (and the
+ * NodeManager's resource localizer, which reads its own configuration) find the nameservice and
+ * the security settings.  --kerberos then runs both as PRINCIPAL (its keys in KEYTAB) and gives
+ * every container KRB5_CONF (JAVA_TOOL_OPTIONS=-Djava.security.krb5.conf=..., KRB5_CONFIG=...),
+ * as a real cluster's /etc/krb5.conf would; containers still run as the OS user (the default
+ * container executor).
  *
  * The cluster is Hadoop's own MiniYARNCluster (hadoop-client-minicluster), which names its hosts
  * "localhost" and picks free ports.  It keeps its NodeManager's local and log dirs under
@@ -24,6 +33,7 @@ import java.nio.file.StandardCopyOption;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 
@@ -38,6 +48,9 @@ public class MiniYarn {
         int nmVcores = 4;
         int minAllocationMb = 256;
         boolean exitOnStdinEof = false;
+        String principal = null;
+        String keytab = null;
+        String krb5Conf = null;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--base": base = new File(args[++i]).getAbsoluteFile(); break;
@@ -46,6 +59,11 @@ public class MiniYarn {
                 case "--nm-vcores": nmVcores = Integer.parseInt(args[++i]); break;
                 case "--min-allocation-mb": minAllocationMb = Integer.parseInt(args[++i]); break;
                 case "--exit-on-stdin-eof": exitOnStdinEof = true; break;
+                case "--kerberos":
+                    principal = args[++i];
+                    keytab = args[++i];
+                    krb5Conf = args[++i];
+                    break;
                 default: throw new IllegalArgumentException("unknown argument: " + args[i]);
             }
         }
@@ -87,6 +105,19 @@ public class MiniYarn {
         conf.setInt("yarn.resourcemanager.client.thread-count", 4);
         conf.setInt("yarn.resourcemanager.scheduler.client.thread-count", 4);
 
+        if (principal != null) {
+            conf.set("hadoop.security.authentication", "kerberos");
+            conf.set("yarn.resourcemanager.principal", principal);
+            conf.set("yarn.resourcemanager.keytab", keytab);
+            conf.set("yarn.nodemanager.principal", principal);
+            conf.set("yarn.nodemanager.keytab", keytab);
+            conf.set("yarn.nodemanager.admin-env", "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,"
+                    + "JAVA_TOOL_OPTIONS=-Djava.security.krb5.conf=" + krb5Conf + ","
+                    + "KRB5_CONFIG=" + krb5Conf);
+            UserGroupInformation.setConfiguration(conf);
+            UserGroupInformation.loginUserFromKeytab(principal, keytab);
+        }
+
         CountDownLatch stop = new CountDownLatch(1);
         Signal.handle(new Signal("TERM"), sig -> stop.countDown());
         Signal.handle(new Signal("INT"), sig -> stop.countDown());
@@ -105,7 +136,8 @@ public class MiniYarn {
                 "{\"pid\": %d, \"rm_address\": \"%s\", \"scheduler_address\": \"%s\", "
                         + "\"resource_tracker_address\": \"%s\", \"admin_address\": \"%s\", "
                         + "\"webapp_address\": \"%s\", \"nm_address\": \"%s\", \"work_dir\": \"%s\", "
-                        + "\"nm_memory_mb\": %d, \"nm_vcores\": %d, \"min_allocation_mb\": %d}",
+                        + "\"nm_memory_mb\": %d, \"nm_vcores\": %d, \"min_allocation_mb\": %d, "
+                        + "\"principal\": %s}",
                 pid,
                 live.get(YarnConfiguration.RM_ADDRESS),
                 live.get(YarnConfiguration.RM_SCHEDULER_ADDRESS),
@@ -114,7 +146,8 @@ public class MiniYarn {
                 live.get(YarnConfiguration.RM_WEBAPP_ADDRESS),
                 cluster.getNodeManager(0).getNMContext().getNodeId().toString(),
                 cluster.getTestWorkDir().getAbsolutePath().replace("\\", "/").replace("\"", ""),
-                nmMemoryMb, nmVcores, minAllocationMb);
+                nmMemoryMb, nmVcores, minAllocationMb,
+                principal == null ? "null" : "\"" + principal + "\"");
         Path state = base.toPath().resolve("yarn.json");
         Path tmp = base.toPath().resolve("yarn.json.tmp");
         Files.write(tmp, json.getBytes(StandardCharsets.UTF_8));
