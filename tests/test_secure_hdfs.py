@@ -157,9 +157,9 @@ def test_every_reader_and_writer_with_the_ticket_cache(secure_hdfs, spark_cli, t
 
 
 def test_a_keytab_alone_through_the_ha_nameservice(secure_ha_hdfs, spark_cli, tmp_path):
-    """No ticket anywhere: the keytab (--principal/--keytab on the command line; the variables for
-    the library) logs every process in, Spark's local Python workers and Beam's workers included,
-    and every URI names the nameservice, not a NameNode."""
+    """No ticket anywhere: the keytab (--principal/--keytab on our command lines and spark-submit's;
+    the variables for the library) logs every process in, Spark's local Python workers and Beam's
+    workers included, and every URI names the nameservice, not a NameNode."""
     env = user_env(secure_ha_hdfs, ticket=False)
     keyed = user_env(secure_ha_hdfs, ticket=False, keytab=True)
     k = secure_ha_hdfs.kerberos
@@ -171,11 +171,16 @@ def test_a_keytab_alone_through_the_ha_nameservice(secure_ha_hdfs, spark_cli, tm
                 *login)
     beam = run(env, sys.executable, "-m", "tfrecord_io.beam", "--runner=FnApiRunner", *common,
                "--output", f"{base}/beam", *login, cwd=REPO)
+    # spark-submit's own --principal/--keytab: the job's driver and its local Python workers log in with them.
+    submitted = run({**env, "SPARK_SUBMIT_OPTS": k.java_option}, VENV_BIN / "spark-submit", "--master", "local[2]",
+                    *login, REPO / "jobs" / "to_tfrecord.py", *common, "--output", f"{base}/submitted", cwd=tmp_path)
     for proc in (spark, beam):
         assert f"wrote {ROWS} example records" in proc.stderr
+    assert f"wrote {ROWS} example records" in submitted.stdout + submitted.stderr
     assert f"records:     {ROWS} (from the manifest)" in cli(env, "inspect", f"{base}/beam", *login).stdout
     assert_read_back(report_of(python(keyed, READ, f"{base}/spark")))
-    no_secret_in(spark.stdout + spark.stderr + beam.stdout + beam.stderr, secure_ha_hdfs)
+    no_secret_in(spark.stdout + spark.stderr + beam.stdout + beam.stderr + submitted.stdout + submitted.stderr,
+                 secure_ha_hdfs)
 
 
 def test_spark_on_secure_yarn_executors_use_the_delegation_tokens(secure_hdfs, secure_yarn, tmp_path):
@@ -386,3 +391,32 @@ def test_writes_retry_a_namenode_that_has_not_seen_the_last_block_yet(lagging_hd
             assert f.read() == data, uri
     retries = [r.getMessage() for r in caplog.records if "has not yet seen the last block replicated" in r.getMessage()]
     assert retries, "no NotReplicatedYetException happened: the test's NameNode did not lag"
+
+
+def test_viewfs_mount_tables(secure_hdfs, tmp_path):
+    """``viewfs://`` URIs through a client-side mount table over the kerberized namespace: a
+    conversion, the loader and inspect, as with hdfs://."""
+    import xml.etree.ElementTree as ET
+
+    target = f"/viewfs-target/{uuid.uuid4().hex[:8]}"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_bytes((secure_hdfs.conf_dir / "hdfs-site.xml").read_bytes())
+    core = ET.parse(secure_hdfs.conf_dir / "core-site.xml")
+    for name, value in (("fs.viewfs.mounttable.tfio.link./warehouse", secure_hdfs.uri(target)),
+                        ("fs.viewfs.mounttable.tfio.linkFallback", secure_hdfs.uri("/"))):
+        prop = ET.SubElement(core.getroot(), "property")
+        ET.SubElement(prop, "name").text, ET.SubElement(prop, "value").text = name, value
+    core.write(conf / "core-site.xml")
+    env = user_env(secure_hdfs, HADOOP_CONF_DIR=str(conf))
+    base = "viewfs://tfio/warehouse"
+    python(env, PUT, base, str(ROWS), SCHEMA)
+    proc = cli(env, "convert", "--engine", "beam", "--engine-arg=--runner=FnApiRunner", "--input", f"{base}/in/",
+               "--format", "csv", "--schema", f"{base}/schema.yaml", "--output", f"{base}/out")
+    assert f"wrote {ROWS} example records" in proc.stderr
+    assert report_of(python(env, COUNT, f"{base}/out"))["ids"] == [0, ROWS - 1, ROWS, ROWS]
+    assert f"records:     {ROWS} (from the manifest)" in cli(env, "inspect", f"{base}/out").stdout
+    # The same files through the namespace itself.
+    listed = python(user_env(secure_hdfs), "import sys; from tfrecord_io.storage import fs; print(fs.ls(sys.argv[1]))",
+                    secure_hdfs.uri(f"{target}/out")).stdout
+    assert "_SUCCESS" in listed and "part-00000-of-00001.tfrecord" in listed

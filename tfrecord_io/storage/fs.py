@@ -59,8 +59,8 @@ from urllib.parse import urlsplit
 from tfrecord_io.storage import credentials
 
 __all__ = [
-    "FileSystem", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
-    "filesystem_for", "hdfs_timeout", "open", "exists", "isdir", "size", "ls", "glob", "rename",
+    "FileSystem", "HDFS_SCHEMES", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
+    "filesystem_for", "hdfs_timeout", "is_hdfs", "open", "exists", "isdir", "size", "ls", "glob", "rename",
     "delete", "makedirs", "get_file", "join",
 ]
 
@@ -391,8 +391,9 @@ class HdfsFileSystem(FileSystem):
     """
 
     def __init__(self, authority: str = "", timeout: float | None = None,
-                 creds: credentials.HdfsCredentials | None = None):
+                 creds: credentials.HdfsCredentials | None = None, scheme: str = "hdfs"):
         self.authority = authority  # "host:port", a nameservice, or "" for fs.defaultFS from HADOOP_CONF_DIR
+        self.scheme = scheme        # "hdfs", or "viewfs" (a mount table of HADOOP_CONF_DIR)
         self.timeout = hdfs_timeout() if timeout is None else float(timeout)
         self.credentials = creds if creds is not None else credentials.current()
         self._client_obj = None
@@ -400,7 +401,7 @@ class HdfsFileSystem(FileSystem):
         self._lock = threading.Lock()
 
     def __reduce__(self):  # a worker takes its own credentials (module doc of storage.credentials)
-        return (HdfsFileSystem, (self.authority, self.timeout))
+        return (HdfsFileSystem, (self.authority, self.timeout, None, self.scheme))
 
     def namenode_listening(self) -> bool | None:
         """Does the NameNode of a ``host:port`` authority accept TCP connections (None: a nameservice)?"""
@@ -416,7 +417,7 @@ class HdfsFileSystem(FileSystem):
             return False
 
     def __repr__(self):
-        return f"HdfsFileSystem({self.authority!r}, timeout={self.timeout})"
+        return f"HdfsFileSystem({self.scheme}://{self.authority}, timeout={self.timeout})"
 
     # -- plumbing
 
@@ -434,10 +435,15 @@ class HdfsFileSystem(FileSystem):
                     # abandoned calls still end.
                     "dfs.client.socket-timeout": str(int(self.timeout * 2000)),
                 }
-                url = f"hdfs://{self.authority}" if self.authority else None
+                url = f"{self.scheme}://{self.authority}" if self.authority or self.scheme != "hdfs" else None
                 try:
                     self._client_obj = hdfs_native.Client(url, config=config, **self.credentials.client_kwargs())
                 except Exception as e:
+                    if self.scheme == "viewfs":
+                        raise ValueError(f"{uri}: cannot set up a ViewFS client ({e}); HADOOP_CONF_DIR's "
+                                         f"core-site.xml must hold the mount table fs.viewfs.mounttable."
+                                         f"{self.authority or 'default'}.link.<path> = hdfs://..., with a "
+                                         f"linkFallback") from e
                     raise ValueError(f"{uri}: cannot set up an HDFS client ({e}); an hdfs:// "
                                      "URI without host:port needs HADOOP_CONF_DIR with "
                                      "fs.defaultFS") from e
@@ -471,7 +477,7 @@ class HdfsFileSystem(FileSystem):
         if not done.wait(timeout):
             self._forget_client()
             raise NameNodeUnreachableError(
-                errno.ETIMEDOUT, f"no answer from HDFS at hdfs://{self.authority} within "
+                errno.ETIMEDOUT, f"no answer from HDFS at {self.scheme}://{self.authority} within "
                 f"{timeout:g}s (TFRECORD_IO_HDFS_TIMEOUT)", uri)
         if "error" in box:
             raise _map_error(box["error"], uri, self) from box["error"]
@@ -479,8 +485,8 @@ class HdfsFileSystem(FileSystem):
 
     def _path(self, uri: str) -> str:
         prefix, path = _split_prefix(uri)
-        if not prefix.startswith("hdfs://"):
-            raise ValueError(f"{uri}: not an hdfs:// URI")
+        if not prefix.startswith(f"{self.scheme}://"):
+            raise ValueError(f"{uri}: not a {self.scheme}:// URI")
         return path or "/"
 
     def _status(self, uri: str):
@@ -797,21 +803,29 @@ _HDFS_CACHE: dict[tuple, HdfsFileSystem] = {}
 _HDFS_CACHE_LOCK = threading.Lock()
 
 
+HDFS_SCHEMES = ("hdfs", "viewfs")
+
+
+def is_hdfs(uri: str) -> bool:
+    """``hdfs://`` or ``viewfs://`` (a ViewFS mount table over HDFS namespaces)."""
+    return "://" in uri and uri.split("://", 1)[0].lower() in HDFS_SCHEMES
+
+
 def filesystem_for(uri: str) -> FileSystem:
-    """The FileSystem for ``uri``.  HDFS instances are cached per authority, user and process."""
+    """The FileSystem for ``uri``.  HDFS instances are cached per scheme, authority, credentials and process."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if scheme in ("", "file") or uri.startswith("file:"):
         return _LOCAL
-    if scheme != "hdfs":
+    if scheme not in HDFS_SCHEMES:
         raise ValueError(f"{uri}: unsupported scheme {scheme!r} "
-                         "(use a local path, file:// or hdfs://)")
-    authority = _split_prefix(uri)[0][len("hdfs://"):]
+                         "(use a local path, file://, hdfs:// or viewfs://)")
+    authority = _split_prefix(uri)[0][len(scheme) + 3:]
     creds = credentials.current()
-    key = (authority, creds, hdfs_timeout(), os.getpid())
+    key = (scheme, authority, creds, hdfs_timeout(), os.getpid())
     with _HDFS_CACHE_LOCK:
         fs = _HDFS_CACHE.get(key)
         if fs is None:
-            fs = _HDFS_CACHE[key] = HdfsFileSystem(authority, creds=creds)
+            fs = _HDFS_CACHE[key] = HdfsFileSystem(authority, creds=creds, scheme=scheme)
         return fs
 
 

@@ -465,7 +465,12 @@ def status(base_dir: str | os.PathLike) -> LocalHdfs | None:
     state = jvm.read_state(base / "cluster.json")
     if state is None or not jvm.is_alive(int(state["pid"]), _HDFS):
         return None
-    return _handle(base, state)
+    try:
+        return _handle(base, state)
+    except (KeyError, TypeError, ValueError) as e:
+        raise HdfsLocalError(f"the local HDFS running from {base} (pid {state['pid']}) was started by another "
+                             f"version of tfrecord-io ({base / 'cluster.json'} has no {e}): stop it with "
+                             f"`kill {state['pid']}`") from e
 
 
 def _running(base_dir: str | os.PathLike) -> LocalHdfs:
