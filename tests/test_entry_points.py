@@ -7,8 +7,11 @@ converted half the data with exit 0.  No entry point may let an argument it does
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +85,104 @@ def test_a_misspelled_option_fails_and_beams_own_options_pass(data, entry):
     proc = _shell(base + common + " " + own, data)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "wrote 25 example records" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue #24 item 1: every option, through every entry point
+# ---------------------------------------------------------------------------------------------
+SESSIONS = """\
+record_type: sequence_example
+group_by: session_id
+order_by: ts
+context:
+  - {name: session_id, type: string, required: true}
+  - {name: country, type: string, default: "??", allow_missing: true}
+sequence:
+  - {name: ts, type: int64, required: true}
+  - {name: price, type: float, default: 0.0}
+"""
+# (case, its options, input, schema, for the Spark job only, the summary it prints, what the output holds)
+CASES = {
+    "splits": (["--format", "csv", "--split", "train=2,eval=1", "--split-by", "id", "--compression", "gzip",
+                "--num-shards", "2", "--record-order", "input", "--block-size", "65536",
+                "--max-reject-fraction", "0.5"],
+               "trips/", "s.yaml", False, r"wrote 24 example records in 4 files in splits train \(\d+\), eval \(\d+\); "
+                                          r"1 of 25 input rows rejected",
+               {"splits": ["train", "eval"], "totals": {"input_rows": 25, "records": 24, "rejected": 1}}),
+    "sequences over a previous output": (
+        ["--format", "json", "--record-type", "sequence_example", "--max-steps", "2", "--compression", "zlib",
+         "--ignore-extra-columns", "--allow-missing-columns", "--overwrite"],
+        "sessions.jsonl", "sessions.yaml", False,
+        r"wrote 4 sequence_example records from 6 input rows in 1 files; 0 of 6 input rows rejected",
+        {"record_type": "sequence_example", "totals": {"input_rows": 6, "records": 4, "rejected": 0,
+                                                       "rows_in_records": 6}}),
+    "a JSON array, multiline": (["--format", "json", "--multiline", "--shards", "even"], "array.json", "s.yaml", False,
+                                r"wrote 3 example records in 1 files; 0 of 3 input rows rejected",
+                                {"totals": {"input_rows": 3, "records": 3, "rejected": 0}}),
+    "parquet, a shard per split": (["--format", "parquet", "--shards", "input"], "trips.parquet", "s.yaml", True,
+                                   r"wrote 5 example records in \d+ files; 0 of 5 input rows rejected",
+                                   {"totals": {"input_rows": 5, "records": 5, "rejected": 0}}),
+}
+TABLE_ENTRY_POINTS = ["tfrecord-io convert --engine spark", "spark-submit jobs/to_tfrecord.py",
+                      "tfrecord-io convert --engine beam", "python -m pipelines.to_tfrecord"]
+
+
+@pytest.fixture(scope="module")
+def inputs(data):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (data / "trips" / "b.csv").write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(10, 24)) + "oops,1\n")
+    sessions = [{"session_id": "s1", "ts": t, "price": 1.5, "extra": 1} for t in (3, 1, 2)] + \
+               [{"session_id": "s2", "ts": t, "country": "fr"} for t in (5, 4)] + [{"session_id": "s3", "ts": 1}]
+    (data / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sessions))
+    (data / "sessions.yaml").write_text(SESSIONS)
+    (data / "array.json").write_text(json.dumps([{"id": i, "x": i * 1.5} for i in range(3)], indent=1))
+    pq.write_table(pa.table({"id": pa.array(range(5), pa.int64()), "x": pa.array([0.5] * 5, pa.float32())}),
+                   data / "trips.parquet")
+    return data
+
+
+def _entry_marks(entry: str):
+    return pytest.param(entry, marks=pytest.mark.spark) if "spark" in entry else entry
+
+
+@pytest.mark.parametrize("entry", [_entry_marks(e) for e in TABLE_ENTRY_POINTS], ids=TABLE_ENTRY_POINTS)
+def test_every_option_through_every_entry_point(inputs, entry):
+    """Each case's options through the real command line: the exit code, the one-line summary and
+    the committed output.  Spark-only options make the Beam entry points exit 2 before they start."""
+    out = inputs / f"out-{TABLE_ENTRY_POINTS.index(entry)}"
+    for name, (options, source, schema, spark_only, summary, holds) in CASES.items():
+        if "--overwrite" not in options and out.exists():
+            shutil.rmtree(out)  # the case writes where nothing is
+        line = (" ".join(shlex.quote(a) for a in ENTRY_POINTS[entry]) + " " +
+                shlex.join(["--input", source, "--schema", schema, "--output", str(out), *options]))
+        proc = _shell(line, inputs)
+        said = proc.stdout + proc.stderr
+        if spark_only and "spark" not in entry:
+            assert proc.returncode == 2, f"{name}: {said[-3000:]}"
+            assert "use the Spark job" in said, f"{name}: {said[-3000:]}"
+            continue
+        assert proc.returncode == 0, f"{entry}, {name}: exit {proc.returncode}\n{said[-4000:]}"
+        assert re.search(summary, said), f"{entry}, {name}: no summary like {summary!r} in\n{said[-3000:]}"
+        assert "Traceback" not in said, said[-3000:]
+        manifest = json.loads((out / "_manifest.json").read_text())
+        for key, value in holds.items():
+            got = list(manifest[key]) if key == "splits" else manifest[key]
+            assert got == value, f"{entry}, {name}: manifest {key} = {got!r}, expected {value!r}"
+        done = json.loads([ln for ln in proc.stdout.splitlines() if '"tfrecord-io-done"' in ln][-1])
+        assert done["totals"] == manifest["totals"]
+        assert (out / "_SUCCESS").exists()
+
+
+def test_the_table_has_every_option():
+    """A conversion option the table does not run fails here: no new option skips an entry point."""
+    import argparse
+
+    from tfrecord_io.conversion import options as opts
+
+    parser = argparse.ArgumentParser()
+    opts.add_arguments(parser)
+    flags = {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}  # noqa: SLF001
+    used = {a for case in CASES.values() for a in case[0] if a.startswith("--")} | {"--input", "--schema", "--output"}
+    assert flags - used == set(), f"options no case of the table runs: {sorted(flags - used)}"
