@@ -335,8 +335,12 @@ def test_a_spark_job_commits_exactly_once_through_a_failover_and_a_stopped_datan
     root = _faulty_env(faulty_hdfs, monkeypatch)
     base = f"{root}/faults/spark-{uuid.uuid4().hex[:8]}"
     rows = 40_000
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "closed").touch()
     env = {**user_env(faulty_hdfs)}
     python(env, PUT, base, str(rows), SCHEMA)
+    env.update(PYTHONPATH=str(Path(__file__).parent / "write_gate"), TFRECORD_IO_TEST_WRITE_GATE=str(gate))
     job = subprocess.Popen(
         [str(VENV_BIN / "tfrecord-io"), "convert", "--engine", "spark", "--master", "local[2,4]",
          "--input", f"{base}/in/", "--format", "csv", "--schema", f"{base}/schema.yaml",
@@ -344,12 +348,13 @@ def test_a_spark_job_commits_exactly_once_through_a_failover_and_a_stopped_datan
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not fs.exists(f"{base}/out/_temporary") or len(fs.ls(f"{base}/out/_temporary")) < 1:
+        while not list(gate.glob("reached-*")):  # a write task holds an open shard stream (tests/write_gate)
             assert job.poll() is None and time.monotonic() < deadline, "the job ended before its write stage"
             time.sleep(0.2)
         faulty_hdfs.failover()
         faulty_hdfs.stop_datanode(1)
         assert job.poll() is None and not fs.exists(f"{base}/out/_SUCCESS"), "the job was done before the faults"
+        (gate / "closed").unlink()
         stdout, stderr = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
