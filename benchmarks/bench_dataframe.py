@@ -1,6 +1,6 @@
 """Benchmark: tfrecord-io against LinkedIn's spark-tfrecord 0.7.0, in one Spark, interleaved rounds.
 
-    .venv/bin/python benchmarks/bench_dataframe.py [--rows 1000000] [--rounds 5] [--peer-jar PATH]
+    .venv/bin/python benchmarks/bench_dataframe.py [--rows 1000000] [--rounds 5] [--peer-jar PATH] [--reader-only]
 
 Data: ``bench_spark.make_csv`` (``--rows`` rows x 17 columns: 10 float, 5 int64, 1 string, 1 int64
 label), and the same rows as Parquet.  One ``spark-submit --master local[2] --jars spark-tfrecord``
@@ -13,7 +13,11 @@ round; the table gives the median of the timed rounds and peer/ours (above 1.0x:
   peer writes); each run of ours checks its record count;
 * DataFrame (from Parquet) -> TFRecords: our data source against the peer's;
 * TFRecords -> DataFrame (the peer's output, read to Spark's ``noop`` sink): our reader against
-  the peer's.
+  the peer's;
+* the same read with executors *without TensorFlow* (``--reader``): a second spark-submit whose
+  executors run a Python that cannot import TensorFlow (the venv's packages but TensorFlow's, as
+  on executors installed with ``pip install "tfrecord-io[spark]"`` or from ``tfrecord-io
+  pack-env``), our reader against the peer's, interleaved in the same way.
 
 spark-tfrecord's jar is not served by the registries here; ``../shared/peers/`` holds one built
 from its public source (see the README there).  Our data source is registered under the name
@@ -40,11 +44,15 @@ OPS = ("csv: ours (job)", "csv: peer", "csv gzip: ours (job)", "csv gzip: peer",
        "parquet df -> tfrecord: ours", "parquet df -> tfrecord: peer",
        "tfrecord -> df: ours", "tfrecord -> df: peer",
        "csv --shards input: ours (job)", "csv gzip --shards input: ours (job)")
+READER_OPS = (OPS[6], OPS[7])  # the second job's, with executors without TensorFlow
 #: The table's rows: (operation, ours, peer).  The --shards input rows compare with the same peer runs.
 PAIRS = (("csv", OPS[0], OPS[1]), ("csv gzip", OPS[2], OPS[3]),
          ("csv, --shards input (no shuffle, as the peer)", OPS[8], OPS[1]),
          ("csv gzip, --shards input", OPS[9], OPS[3]),
          ("parquet df -> tfrecord", OPS[4], OPS[5]), ("tfrecord -> df", OPS[6], OPS[7]))
+READER_PAIR = ("tfrecord -> df, executors without TensorFlow", OPS[6], OPS[7])
+#: What a TensorFlow-free Python leaves out of the venv's site-packages (as tests/test_installed.py's slim venv).
+TF_PACKAGES = ("tensorflow", "tensorboard", "keras", "tf_keras", "ml_dtypes", "tensorflow_io")
 
 
 def rounds_job(argv: list[str]) -> int:
@@ -56,6 +64,9 @@ def rounds_job(argv: list[str]) -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--ops", default=",".join(OPS), help="the operations to run, comma-separated")
+    p.add_argument("--executors-without-tensorflow", action="store_true",
+                   help="check first that the executors' Python cannot import TensorFlow")
     args = p.parse_args(argv)
     import bench_spark
     from pyspark.sql import SparkSession
@@ -71,6 +82,11 @@ def rounds_job(argv: list[str]) -> int:
 
     spark = SparkSession.builder.appName("bench-dataframe").getOrCreate()
     spark.dataSource.register(Ours)
+    if args.executors_without_tensorflow:
+        found = spark.sparkContext.parallelize(range(2), 2).map(
+            lambda _: __import__("importlib.util").util.find_spec("tensorflow") is not None).collect()
+        if any(found):
+            raise RuntimeError("the executors' Python can import TensorFlow")
     struct = T.StructType([T.StructField(n, T.FloatType()) for n in bench_spark.FLOATS]
                           + [T.StructField(n, T.LongType()) for n in bench_spark.INTS]
                           + [T.StructField("s", T.StringType()), T.StructField("label", T.LongType())])
@@ -107,11 +123,12 @@ def rounds_job(argv: list[str]) -> int:
         OPS[8]: lambda out: ours_csv(out, shards="input"),
         OPS[9]: lambda out: ours_csv(out, "gzip", shards="input"),
     }
-    times = {op: [] for op in OPS}
+    chosen = args.ops.split(",")
+    times = {op: [] for op in chosen}
     for r in range(args.rounds + 1):  # round 0: warm-up, not timed
-        for k, op in enumerate(OPS):
+        for op in chosen:
             started = time.monotonic()
-            ops[op](f"{args.work}/out-{k}")
+            ops[op](f"{args.work}/out-{OPS.index(op)}")
             if r:
                 times[op].append(round(time.monotonic() - started, 3))
     print(json.dumps({"event": "done", "times": times}))
@@ -127,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--peer-jar", default=str(PEER_JAR))
+    p.add_argument("--reader-only", action="store_true",
+                   help="only the read with executors without TensorFlow (the second job)")
     args = p.parse_args(argv)
     if not Path(args.peer_jar).is_file():
         raise SystemExit(f"spark-tfrecord's jar is not at {args.peer_jar} (see ../shared/peers/README.md)")
@@ -152,22 +171,56 @@ def main(argv: list[str] | None = None) -> int:
         "s.read.schema(st).option('header', 'true').csv(sys.argv[1]).write.parquet(sys.argv[2])\n")
     subprocess.run([*base, str(make_parquet), str(csv), str(work / "data.parquet")], check=True, env=env,
                    capture_output=True)
-    proc = subprocess.run([*base, __file__, "rounds", "--csv", str(csv), "--parquet", str(work / "data.parquet"),
-                           "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds),
-                           "--rows", str(args.rows)],
-                          env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"the benchmark job failed:\n{proc.stderr[-6000:]}")
-    times = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"event"')][-1])["times"]
+    job = [*base, __file__, "rounds", "--csv", str(csv), "--parquet", str(work / "data.parquet"),
+           "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds), "--rows", str(args.rows)]
+    rows = []
+    if not args.reader_only:
+        times = _rounds(job, env)
+        rows += [(label, times[ours], times[peer]) for label, ours, peer in PAIRS]
+    slim = {**env, "PYSPARK_DRIVER_PYTHON": sys.executable, "PYSPARK_PYTHON": tf_free_python(work)}
+    reader = _rounds([*job, "--ops", ",".join(READER_OPS), "--executors-without-tensorflow"], slim)
+    label, ours, peer = READER_PAIR
+    rows.append((label, reader[ours], reader[peer]))
     print(f"\n### tfrecord-io vs spark-tfrecord 0.7.0: {args.rows:,} rows x 17 columns, local[2], "
           f"median of {args.rounds} interleaved warm rounds\n")
     print("| operation | tfrecord-io (s) | spark-tfrecord (s) | **peer / ours** |")
     print("| --- | ---: | ---: | ---: |")
-    for label, ours, peer in PAIRS:
-        o, q = statistics.median(times[ours]), statistics.median(times[peer])
+    for label, ours_t, peer_t in rows:
+        o, q = statistics.median(ours_t), statistics.median(peer_t)
         print(f"| {label} | {o:.2f} | {q:.2f} | **{q / o:.2f}x** |")
-    print("\nAll timings (s):", json.dumps(times))
+    print("\nAll timings (s):", json.dumps({label: {"ours": o, "peer": q} for label, o, q in rows}))
     return 0
+
+
+def _rounds(cmd: list[str], env: dict) -> dict:
+    """Run the rounds job under spark-submit; its timings per operation."""
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"the benchmark job failed:\n{proc.stderr[-6000:]}")
+    return json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"event"')][-1])["times"]
+
+
+def tf_free_python(work: Path) -> str:
+    """A Python with this venv's packages but TensorFlow's (and not the editable tfrecord_io install:
+    the job's PYTHONPATH gives the checkout): a venv whose site-packages links every entry of this
+    one's except those."""
+    import sysconfig
+
+    venv = work / "executors-without-tensorflow"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        name = entry.name.lower()
+        if name.startswith(TF_PACKAGES) or name.startswith(("tfrecord_io", "__editable__")) or entry.suffix == ".pth":
+            continue
+        (site / entry.name).symlink_to(entry)
+    probe = subprocess.run([str(python), "-c", "import tensorflow"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        raise SystemExit(f"{python} can import TensorFlow")
+    return str(python)
 
 
 if __name__ == "__main__":

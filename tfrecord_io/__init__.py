@@ -25,6 +25,7 @@ _EXPORTS = {
     "prefetch_to_gpu": "tfrecord_io.engines.tfdata",
     "steps_per_epoch": "tfrecord_io.engines.tfdata",
     "keras_inputs": "tfrecord_io.engines.keras_inputs",
+    "read_batches": "tfrecord_io.engines.batches",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -91,8 +91,8 @@ TOP_CAPACITY = 10_000
 TOP_SHOWN = 20
 HLL_P = 14
 _LONG_VALUE = 128        # values longer than this are counted by digest
-_CHUNK_RECORDS = 4096    # records decoded before their values are folded into the accumulators
-_CHUNK_VALUES = 1 << 20  # ... or this many pending values, whichever comes first
+_CHUNK_RECORDS = 4096    # records decoded at once (vectorized) before their values are folded into the accumulators
+_CHUNK_BYTES = 4 << 20   # ... or this many record bytes (about a million values at most), whichever first
 
 
 def quantile_name(q: float) -> str:
@@ -471,102 +471,150 @@ class SourceStats:
 
 
 class _Pending:
-    """One feature's values from a chunk of records, before they go into the summaries."""
+    """One feature's values from a chunk of records, before they go into the summaries: arrays from
+    the vectorized decoder (:func:`tfrecord_io.core.arrow_decode.scan_batch`), and lists from the few
+    records it leaves to ``decode_record``."""
 
     __slots__ = ("present", "kinds", "lengths", "steps", "ints", "floats", "strings")
 
     def __init__(self) -> None:
         self.present = 0
         self.kinds: Counter = Counter()
-        self.lengths: list[int] = []
-        self.steps: list[int] = []
-        self.ints: list[int] = []
-        self.floats: list[float] = []
+        self.lengths: list = [[]]  # arrays, and last a list for decode_record's records
+        self.steps: list = [[]]
+        self.ints: list = [[]]
+        self.floats: list = [[]]
         self.strings: list[bytes] = []
 
-    def feature(self, kind: str | None, values: list) -> int:
+    def feature(self, kind: str | None, values: list) -> None:
+        """A feature of a record decoded by ``decode_record``."""
         self.kinds[kind or "none"] += 1
-        self.lengths.append(len(values))
+        self.lengths[-1].append(len(values))
         if kind == "float_list":
-            self.floats.extend(values)
+            self.floats[-1].extend(values)
         elif kind == "int64_list":
-            self.ints.extend(values)
+            self.ints[-1].extend(values)
         elif kind == "bytes_list":
             self.strings.extend(values)
-        return len(values)
+
+    def values(self, values) -> None:
+        """The slots of a feature in a chunk, vectorized (an ``arrow_decode.Values``)."""
+        seen = np.flatnonzero(np.bincount(values.kind, minlength=4))
+        firsts = [int(np.argmax(values.kind == k)) for k in seen]
+        for _, k in sorted(zip(firsts, seen.tolist())):  # kinds in the order the records show them
+            self.kinds[_KIND_NAMES[k]] += int(np.count_nonzero(values.kind == k))
+        self.lengths.insert(-1, values.counts)
+        if values.floats.size:
+            self.floats.insert(-1, values.floats)
+        if values.ints.size:
+            self.ints.insert(-1, values.ints)
+        if len(values.data):
+            self.strings.extend(values.data.to_pylist())
 
     def flush_into(self, st: FeatureStats) -> None:
+        def joined(parts: list, dtype) -> np.ndarray:
+            return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
+
         st.present += self.present
         st.kinds.update(self.kinds)
-        st.lengths.add(np.asarray(self.lengths, dtype=np.int64))
-        if self.steps:
+        st.lengths.add(joined(self.lengths, np.int64))
+        steps = joined(self.steps, np.int64)
+        if steps.size:
             if st.steps is None:
                 st.steps = NumericSummary()
-            st.steps.add(np.asarray(self.steps, dtype=np.int64))
-        if self.ints or self.floats:
+            st.steps.add(steps)
+        ints, floats = joined(self.ints, np.int64), joined(self.floats, np.float64)
+        if ints.size or floats.size:
             if st.numbers is None:
                 st.numbers = NumericSummary()
-            if self.ints:
-                st.numbers.add(np.asarray(self.ints, dtype=np.int64))
-            if self.floats:
-                st.numbers.add(np.asarray(self.floats, dtype=np.float64))
+            if ints.size:
+                st.numbers.add(ints)
+            if floats.size:
+                st.numbers.add(floats)
         if self.strings:
             if st.strings is None:
                 st.strings = StringSummary()
             st.strings.add(self.strings)
 
 
+_KIND_NAMES = ("none", "bytes_list", "float_list", "int64_list")  # by arrow_decode's kind codes
+
+
 def file_stats(file, _context, report) -> SourceStats:
-    """Statistics of one file (a :class:`~tfrecord_io.storage.sources.SourceFile`); runs in a worker."""
-    from tfrecord_io.core.decode import RecordDecodeError, decode_record
+    """Statistics of one file (a :class:`~tfrecord_io.storage.sources.SourceFile`); runs in a worker.
+
+    Records are decoded a chunk at a time by the vectorized decoder; the records it cannot take
+    (not canonically serialized, or not Examples) are decoded one by one by ``decode_record``."""
     from tfrecord_io.storage.sources import iter_file_records
 
     out = SourceStats()
-    pending: dict[tuple[str, str], _Pending] = {}
-    pending_values = 0
-    records = 0
-
-    def flush() -> None:
-        nonlocal pending_values
-        for key, p in pending.items():
-            st = out.features.get(key)
-            if st is None:
-                st = out.features[key] = FeatureStats(key[1], key[0])
-            p.flush_into(st)
-        pending.clear()
-        pending_values = 0
-
+    chunk: list[bytes] = []
+    offsets: list[int] = []
+    size = 0
     for offset, data in iter_file_records(file, verify=True, report=report):
-        records += 1
+        chunk.append(data)
+        offsets.append(offset)
+        size += len(data)
+        if len(chunk) >= _CHUNK_RECORDS or size >= _CHUNK_BYTES:
+            _fold(out, file, chunk, offsets)
+            chunk, offsets, size = [], [], 0
+    _fold(out, file, chunk, offsets)
+    out.files.append({"path": file.name, "records": out.records, "bytes": file.size})
+    return out
+
+
+def _fold(out: SourceStats, file, chunk: list[bytes], offsets: list[int]) -> None:
+    """Decode a chunk of records and fold what they hold into ``out``."""
+    from tfrecord_io.core.arrow_decode import scan_batch
+    from tfrecord_io.core.decode import RecordDecodeError, decode_record
+
+    if not chunk:
+        return
+    pending: dict[tuple[str, str], _Pending] = {}
+
+    def of(key: tuple[str, str]) -> _Pending:
+        p = pending.get(key)
+        if p is None:
+            p = pending[key] = _Pending()
+        return p
+
+    scan = scan_batch(chunk)
+    out.records += len(chunk)
+    out.sequence_records += int(np.count_nonzero(scan.has_lists))
+    for name, sf in scan.features.items():
+        p = of(("features", name))
+        p.present += len(sf.records)
+        p.values(sf.values)
+    for name, sl in scan.feature_lists.items():
+        p = of(("feature_lists", name))
+        p.present += len(sl.records)
+        p.steps.insert(-1, sl.steps)
+        p.values(sl.values)
+    for i in np.flatnonzero(scan.odd).tolist():
         try:
-            rec = decode_record(data)
+            rec = decode_record(chunk[i])
         except RecordDecodeError as e:
             out.undecodable += 1
             if out.first_undecodable is None:
-                out.first_undecodable = f"{file.uri} at byte offset {offset}: {e}"
+                out.first_undecodable = f"{file.uri} at byte offset {offsets[i]}: {e}"
             continue
         for name, (kind, values) in rec.features.items():
-            p = pending.get(("features", name))
-            if p is None:
-                p = pending[("features", name)] = _Pending()
+            p = of(("features", name))
             p.present += 1
-            pending_values += p.feature(kind, values)
+            p.feature(kind, values)
         if rec.feature_lists is not None:
             out.sequence_records += 1
             for name, steps in rec.feature_lists.items():
-                p = pending.get(("feature_lists", name))
-                if p is None:
-                    p = pending[("feature_lists", name)] = _Pending()
+                p = of(("feature_lists", name))
                 p.present += 1
-                p.steps.append(len(steps))
+                p.steps[-1].append(len(steps))
                 for kind, values in steps:
-                    pending_values += p.feature(kind, values)
-        if records % _CHUNK_RECORDS == 0 or pending_values >= _CHUNK_VALUES:
-            flush()
-    flush()
-    out.records = records
-    out.files.append({"path": file.name, "records": records, "bytes": file.size})
-    return out
+                    p.feature(kind, values)
+    for key, p in pending.items():
+        st = out.features.get(key)
+        if st is None:
+            st = out.features[key] = FeatureStats(key[1], key[0])
+        p.flush_into(st)
 
 
 def compute_stats(source, *, workers: int | None = None, progress: bool | None = None) -> SourceStats:
@@ -753,8 +801,8 @@ def render_text(info: dict) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
-    parser.add_argument("--logdir", required=True, metavar="DIR",
-                        help="write TensorBoard summaries here (a local directory; view with "
+    parser.add_argument("--logdir", default=None, metavar="DIR",
+                        help="also write TensorBoard summaries here (a local directory; view with "
                              "`tensorboard --logdir DIR`)")
     parser.add_argument("--report", metavar="FILE.html", default=None,
                         help="also write a standalone HTML report with plots (local path, file:// or hdfs://)")
@@ -771,16 +819,19 @@ def run(args: argparse.Namespace) -> int:
 
     compare_to = getattr(args, "compare", None)
     try:
-        check_logdir(args.logdir)  # before the long part
+        if args.logdir:
+            check_logdir(args.logdir)  # before the long part
         source = resolve_source(args.source, compression=args.compression)
         other = resolve_source(compare_to, compression=args.compression) if compare_to else None
         computed = compute_stats(source, workers=args.workers)
         info = stats_to_dict(computed, source)
-        write_summaries(info, args.logdir if other is None else os.path.join(args.logdir, "a"))
+        if args.logdir:
+            write_summaries(info, args.logdir if other is None else os.path.join(args.logdir, "a"))
         if other is not None:
             computed_b = compute_stats(other, workers=args.workers)
             info_b = stats_to_dict(computed_b, other)
-            write_summaries(info_b, os.path.join(args.logdir, "b"))
+            if args.logdir:
+                write_summaries(info_b, os.path.join(args.logdir, "b"))
         if args.report:
             from tfrecord_io.storage import fs
 
@@ -795,13 +846,16 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"a": info, "b": info_b, "compare": rows}, ensure_ascii=False, indent=2))
         else:
             sys.stdout.write(compare_text(info, info_b, rows))
-            print(f"\nTensorBoard summaries: {args.logdir}/a and {args.logdir}/b  (tensorboard --logdir {args.logdir})")
+            if args.logdir:
+                print(f"\nTensorBoard summaries: {args.logdir}/a and {args.logdir}/b  "
+                      f"(tensorboard --logdir {args.logdir})")
         return max(_check_counts(computed.records, source), _check_counts(computed_b.records, other))
     if args.json:
         print(json.dumps(info, ensure_ascii=False, indent=2))
     else:
         sys.stdout.write(render_text(info))
-        print(f"\nTensorBoard summaries: {args.logdir}  (tensorboard --logdir {args.logdir})")
+        if args.logdir:
+            print(f"\nTensorBoard summaries: {args.logdir}  (tensorboard --logdir {args.logdir})")
         if args.report:
             print(f"HTML report: {args.report}")
     return _check_counts(computed.records, source)

@@ -12,7 +12,11 @@ TensorFlow, Beam or spark-tfrecord) the schema is inferred from the first
 compression from the manifest or the file's extension, both CRCs checked: a corrupt file fails
 the job naming its path and byte offset (``option("onCorrupt", "skip")`` keeps the intact
 records before it).  SequenceExamples give their context columns and an array (of steps) column
-per feature list.
+per feature list.  Records are decoded by the vectorized decoder (:mod:`tfrecord_io.core.arrow_decode`),
+with or without TensorFlow on the executors: a feature a record lacks is null (a list too), a
+scalar holding another number of values than one is null; a record that is not an Example, or
+whose feature has another kind than the schema's, or a ``string`` that is not UTF-8, fails the
+task naming the file, the record and its byte offset.
 
 What it writes is the job's output contract (:mod:`tfrecord_io.storage.output`): ``part-NNNNN-of-MMMMM
 .tfrecord[.gz|.zlib]`` (one per DataFrame partition), ``_rejects/``, ``_manifest.json`` with the
@@ -25,12 +29,15 @@ Options
     ``schema``: a YAML schema (path or URI; or ``schemaJson``, the schema as JSON); its features
     must match the DataFrame's columns
     (:mod:`tfrecord_io.conversion.columns`; ``allowMissingColumns`` / ``ignoreExtraColumns`` opt out).
-    Without it the schema comes from the DataFrame's types (:data:`SPARK_TYPES`, the one table of
-    how feature types and Spark types meet): byte/short/int/long and boolean to ``int64``, float
-    and double to ``float``, string to ``string``, binary to ``bytes``, arrays of those to ``[-1]``
-    lists (arrays of arrays: SequenceExample feature lists).  Any other type (map, struct,
-    timestamp, date, decimal) fails before any task starts, naming the column and the cast to use;
-    with a schema, a column whose type does not fit its feature fails the same way.
+    Without it the schema comes from the DataFrame's types, by the one table of how Spark's types
+    become features (:mod:`tfrecord_io.engines.spark_columns`): integers and booleans to
+    ``int64``, float, double and decimal to ``float``, dates (days) and timestamps (microseconds
+    since the epoch) to ``int64``, strings, binary, arrays of those to ``[-1]`` lists, struct
+    fields to dotted features (``s.a``), MLlib vectors to ``float`` lists, arrays of arrays to
+    SequenceExample feature lists; a map, an array of structs or a null column fails before any
+    task starts, naming the column and the cast to use; with a schema, a column whose type does
+    not fit its feature fails the same way.  ``decimalAs`` (``float``, ``string``) and
+    ``timestampUnit`` (``microseconds``, ``milliseconds``, ``seconds``) choose those conversions.
     ``compression``: ``none`` (default), ``gzip``, ``zlib``; spark-tfrecord's ``codec`` with
     Hadoop class names (``org.apache.hadoop.io.compress.GzipCodec``, ``DefaultCodec``) too.
     ``recordType``: ``Example`` (default) or ``SequenceExample``, spark-tfrecord's layout: one row
@@ -59,7 +66,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition,
                                     WriterCommitMessage)
 
@@ -70,6 +76,8 @@ from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core import codec
 from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
+from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
+                                               column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, output
 from tfrecord_io.storage.schema_io import load_schema
 
@@ -79,100 +87,9 @@ __all__ = ["SPARK_TYPES", "TFRecordDataSource", "WriterOptions", "convert_datafr
 _CODECS = {"none": "none", "uncompressed": "none", "gzip": "gzip", "zlib": "zlib",
            "org.apache.hadoop.io.compress.gzipcodec": "gzip", "org.apache.hadoop.io.compress.defaultcodec": "zlib",
            "org.apache.hadoop.io.compress.deflatecodec": "zlib"}
-_CASTS = {"TimestampType": "cast it to long (epoch seconds) or string", "TimestampNTZType": "cast it to string",
-          "DateType": "cast it to string or to an integer day number", "DecimalType": "cast it to double",
-          "MapType": "explode it, or turn it into a JSON string with to_json", "StructType": "flatten its fields "
-          "into columns (col('s.field')), or to_json", "NullType": "cast it to the type it should have"}
-
-
 def register(spark) -> None:
     """Register the ``tfrecord`` format with ``spark`` (once per session)."""
     spark.dataSource.register(TFRecordDataSource)
-
-
-@dataclass(frozen=True)
-class SparkType:
-    """How one feature type meets Spark's types.
-
-    read_as: the SQL type of the column ``spark.read`` gives the feature's values.
-    inferred_from: Spark types whose columns get this feature type when no schema is given.
-    written_from: column types a schema's feature of this type accepts (value-preserving casts).
-    """
-
-    read_as: str
-    inferred_from: tuple[str, ...]
-    written_from: tuple[str, ...]
-
-
-_INTEGERS = ("ByteType", "ShortType", "IntegerType", "LongType")
-SPARK_TYPES = {
-    "int64": SparkType("bigint", _INTEGERS + ("BooleanType",), _INTEGERS + ("BooleanType",)),
-    "float": SparkType("float", ("FloatType", "DoubleType"), ("FloatType", "DoubleType", *_INTEGERS, "DecimalType")),
-    "string": SparkType("string", ("StringType", "VarcharType", "CharType"), ("StringType", "VarcharType", "CharType")),
-    "bytes": SparkType("binary", ("BinaryType",), ("BinaryType", "StringType")),
-}
-
-
-def _inferred_type(dt) -> str | None:
-    """The feature type a Spark column type gives without a schema (None: it has none)."""
-    name = type(dt).__name__
-    return next((t for t, m in SPARK_TYPES.items() if name in m.inferred_from), None)
-
-
-def _cannot_hold(name: str, dt, record_type: str) -> TypeError:
-    fix = _CASTS.get(type(dt).__name__, "cast it to a number, string or binary column (or an array of one)")
-    record = "tf.train.SequenceExample" if record_type == "sequence_example" else "tf.train.Example"
-    return TypeError(f"column {name!r} has type {dt.simpleString()}, which a {record} cannot hold: {fix}, or drop it")
-
-
-def schema_from_spark(struct, record_type: str = "example") -> Schema:
-    """The schema a DataFrame's types give (module doc); TypeError naming a column we cannot write.
-
-    For ``sequence_example`` (spark-tfrecord's layout: one row per record) an array of arrays is a
-    feature list whose steps are lists, and every other column a context feature."""
-    from pyspark.sql import types as T
-
-    features, sequence = [], []
-    for f in struct.fields:
-        dt = f.dataType
-        kind, shape, steps = _inferred_type(dt), None, False
-        if kind is None and isinstance(dt, T.ArrayType):
-            kind, shape = _inferred_type(dt.elementType), (-1,)
-            if kind is None and record_type == "sequence_example" and isinstance(dt.elementType, T.ArrayType):
-                kind, steps = _inferred_type(dt.elementType.elementType), True
-        if kind is None:
-            raise _cannot_hold(f.name, dt, record_type)
-        (sequence if steps else features).append(Feature(name=f.name, type=kind, shape=shape))
-    if not features and not sequence:
-        raise TypeError("the DataFrame has no columns")
-    if record_type == "example":
-        return Schema(record_type="example", features=tuple(features))
-    if not sequence:
-        raise TypeError("recordType SequenceExample needs at least one array-of-arrays column (a feature list: "
-                        "one array per step); the DataFrame has none")
-    return Schema(record_type="sequence_example", context=tuple(features), sequence=tuple(sequence))
-
-
-def check_column_types(schema: Schema, struct, where: str, schema_name: str = "the schema") -> None:
-    """Refuse, before any task, a column whose Spark type its feature does not take
-    (:data:`SPARK_TYPES`' ``written_from``), naming the column and what to do."""
-    from pyspark.sql import types as T
-
-    types = {f.name: f.dataType for f in struct.fields}
-    steps = {f.name for f in schema.sequence}
-    for f in schema.input_features:
-        dt = types.get(f.name)
-        if dt is None:  # allowed missing: null in every row
-            continue
-        inner, arrays = dt, 0
-        while isinstance(inner, T.ArrayType):
-            inner, arrays = inner.elementType, arrays + 1
-        want_arrays = int(f.is_list) + int(f.name in steps)
-        if type(inner).__name__ not in SPARK_TYPES[f.type].written_from or arrays != want_arrays:
-            want = f"an array of {f.type}" if f.is_list else f.type
-            shape = f" (shape {list(f.shape)})" if f.is_list else ""
-            raise SchemaError(f"column {f.name!r} of {where} is {dt.simpleString()}, and feature {f.name!r} is "
-                              f"{want}{shape} in {schema_name}: cast the column, or change the feature's type")
 
 
 @dataclass
@@ -197,6 +114,7 @@ class _Writer(DataSourceArrowWriter):
     max_reject_fraction: float
     splits: Splits | None = None  # option("split", "train=8,eval=1") (+ "splitBy"): TFX's assignment
     faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
+    columns: tuple[ColumnSource, ...] = ()  # where each feature's values are (spark_columns.column_plan)
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -267,14 +185,8 @@ class _Writer(DataSourceArrowWriter):
                         dict(present) if example and self.splits is None else None)
 
     def _typed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        cols = []
-        for f in self.arrow:
-            i = batch.schema.get_field_index(f.name)
-            if i < 0:  # a feature the DataFrame lacks (allowMissingColumns): null in every row
-                cols.append(pa.nulls(batch.num_rows, f.type))
-                continue
-            col = batch.column(i)
-            cols.append(col if col.type == f.type else col.cast(f.type, safe=False))
+        sources = {c.feature: c for c in self.columns}
+        cols = [sources.get(f.name, ColumnSource(f.name, (f.name,))).extract(batch, f.type) for f in self.arrow]
         return pa.RecordBatch.from_arrays(cols, schema=self.arrow)
 
     # -- driver ------------------------------------------------------------------------------
@@ -391,12 +303,13 @@ class TFRecordDataSource(DataSource):
             if w.record_type is not None and tf_schema.record_type != w.record_type:
                 raise SchemaError(f"recordType {w.given_record_type} does not match {w.schema_name}, whose "
                                   f"record_type is {tf_schema.record_type}")
-            columns.check_columns(tf_schema, {"the DataFrame": [f.name for f in schema.fields]}, input_format="table",
+            columns.check_columns(tf_schema, {"the DataFrame": [name for name, _, _ in leaf_columns(schema)]},
+                                  input_format="table",
                                   allow_missing=w.allow_missing_columns, ignore_extra=w.ignore_extra_columns,
                                   schema_name=w.schema_name)
             check_column_types(tf_schema, schema, "the DataFrame", w.schema_name)
         else:
-            tf_schema = schema_from_spark(schema, w.record_type or "example")
+            tf_schema = schema_from_spark(schema, w.record_type or "example", w.types)
         splits = None
         if w.split:
             if tf_schema.record_type != "example":
@@ -412,7 +325,7 @@ class TFRecordDataSource(DataSource):
                                   f".mode('overwrite') to replace a previous conversion's output, or choose another "
                                   f"path") from e
         return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
-                       type(self).faults)
+                       type(self).faults, column_plan(schema, tf_schema, w.types))
 
 
 @dataclass(frozen=True)
@@ -429,6 +342,8 @@ class WriterOptions:
         (``true`` / ``false``), as the job's ``--allow-missing-columns`` / ``--ignore-extra-columns``.
     max_reject_fraction: ``maxRejectFraction``, from 0 to 1 (default 0.01).
     split / split_by: ``split`` (``train=8,eval=1``) and ``splitBy``, as the job's ``--split``.
+    types: ``decimalAs`` (``float``, ``string``) and ``timestampUnit`` (``microseconds``,
+        ``milliseconds``, ``seconds``): :class:`~tfrecord_io.engines.spark_columns.WriteTypes`.
     """
 
     path: str
@@ -442,6 +357,7 @@ class WriterOptions:
     max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
     split: str | None = None
     split_by: str | None = None
+    types: WriteTypes = WriteTypes()
 
     @classmethod
     def parse(cls, opts: dict) -> "WriterOptions":
@@ -472,7 +388,9 @@ class WriterOptions:
                    ignore_extra_columns=_flag(opts, "ignoreextracolumns", "ignoreExtraColumns"),
                    max_reject_fraction=check_fraction(
                        opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION), "maxRejectFraction"),
-                   split=opts.get("split") or None, split_by=opts.get("splitby") or None)
+                   split=opts.get("split") or None, split_by=opts.get("splitby") or None,
+                   types=WriteTypes(decimal_as=opts.get("decimalas", "float").lower(),
+                                    timestamp_unit=opts.get("timestampunit", "microseconds").lower()))
 
 
 def _flag(opts: dict, key: str, name: str) -> bool:
@@ -523,11 +441,18 @@ class _File(InputPartition):
 
 @dataclass
 class _Reader(DataSourceReader):
+    """Reads one file per partition, decoding its records in batches with the vectorized decoder
+    (:func:`tfrecord_io.core.arrow_decode.decode_batch`; no TensorFlow): a feature a record lacks
+    is null, a scalar with another number of values than one is null, a record that is not an
+    Example / SequenceExample or whose feature has another kind than the schema's fails the task,
+    naming the file, the record and its byte offset."""
+
     files: list
     schema: Schema
     columns: list  # the requested DataFrame columns, in order
     on_corrupt: str = "error"
     batch_records: int = 8192
+    batch_bytes: int = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
 
     def partitions(self):
         return [_File(uri, comp) for uri, comp in self.files]  # one per file: TFRecords do not split
@@ -535,96 +460,39 @@ class _Reader(DataSourceReader):
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
         from tfrecord_io.core.framing import CorruptRecordError, read_records
 
-        pending: list[bytes] = []
-        try:
-            with fs.open(partition.uri, "rb") as f:
-                for data in read_records(f, name=partition.uri, compression=partition.compression, verify=True):
-                    pending.append(data)
-                    if len(pending) >= self.batch_records:
-                        yield self._batch(pending)
-                        pending = []
-        except CorruptRecordError:
+        broken: list[CorruptRecordError] = []
+
+        def intact(records):  # the records before a corrupt one (yield from: no Python per record)
+            try:
+                yield from records
+            except CorruptRecordError as e:
+                broken.append(e)
+
+        with fs.open(partition.uri, "rb") as f:
+            stream = intact(read_records(f, name=partition.uri, compression=partition.compression, verify=True))
+            first = offset = 0
+            size = 1024  # records per batch: then as many as make batch_bytes, at most batch_records
+            while batch := list(itertools.islice(stream, size)):
+                lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
+                offsets = offset + np.concatenate([[0], np.cumsum(lengths + 16)[:-1]])
+                yield self._batch(batch, partition.uri, first, offsets)
+                first, offset = first + len(batch), int(offsets[-1] + lengths[-1] + 16)
+                size = max(64, min(self.batch_records, self.batch_bytes * len(batch) // max(1, int(lengths.sum()))))
+        if broken:
             if self.on_corrupt != "skip":
-                raise
+                raise broken[0]
             import sys
 
             print(f"tfrecord-io: onCorrupt=skip: {partition.uri}: dropped the rest of the file after "
                   f"the intact records", file=sys.stderr)
-        if pending:
-            yield self._batch(pending)
 
-    def _batch(self, records: list[bytes]) -> pa.RecordBatch:
-        if self.schema.record_type == "example" and _tensorflow() is not None:
-            return self._batch_tf(records)
-        from tfrecord_io.core.decode import decode_record
+    def _batch(self, records: list[bytes], uri: str, first: int, offsets) -> pa.RecordBatch:
+        from tfrecord_io.core.arrow_decode import Origin, decode_batch
 
-        s = self.schema
-        decoded = [decode_record(r) for r in records]
-        arrays = []
-        for name, typ in self.columns:
-            f = s.feature(name)
-            in_sequence = s.record_type == "sequence_example" and f in s.sequence
-            values = []
-            for rec in decoded:
-                if in_sequence:
-                    steps = (rec.feature_lists or {}).get(name)
-                    values.append(None if steps is None else [_value(f, v) for _, v in steps])
-                else:
-                    feat = rec.features.get(name)
-                    values.append(None if feat is None else _value(f, feat[1]))
-            arrays.append(pa.array(values, type=typ))
-        return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in self.columns])
-
-
-    def _batch_tf(self, records: list[bytes]) -> pa.RecordBatch:
-        """Examples decoded by TensorFlow's vectorized parser (when the executor has TensorFlow):
-        every feature as a ragged list, so that a missing one is null, not an error."""
-        from tfrecord_io.engines.tfdata import tf_dtype
-
-        tf = _tensorflow()
-        spec = {name: tf.io.RaggedFeature(tf_dtype(self.schema.feature(name)), row_splits_dtype=tf.int64)
-                for name, _ in self.columns}
-        parsed = tf.io.parse_example(tf.constant(records), spec)
-        arrays = []
-        for name, typ in self.columns:
-            f = self.schema.feature(name)
-            ragged = parsed[name]
-            values = ragged.flat_values.numpy()
-            splits = ragged.row_splits.numpy()
-            if f.type in ("string", "bytes"):
-                values = pa.array(values.tolist(), pa.binary())
-                if f.type == "string":
-                    values = values.cast(pa.string())
-            else:
-                values = pa.array(values)
-            if f.is_list:
-                arr = pa.ListArray.from_arrays(pa.array(splits.astype(np.int32)), values)
-                arrays.append(arr.cast(typ))
-                continue
-            present = np.diff(splits) == 1
-            if not len(values):
-                arrays.append(pa.nulls(len(present), typ))
-                continue
-            taken = values.take(pa.array(np.where(present, splits[:-1], 0)))
-            arrays.append(pc.if_else(pa.array(present), taken, pa.scalar(None, taken.type)).cast(typ))
-        return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in self.columns])
-
-
-def _tensorflow():
-    """TensorFlow, when this Python has it (its parser is ~50x ours); None otherwise."""
-    try:
-        import tensorflow as tf
-    except ImportError:
-        return None
-    return tf
-
-
-def _value(f: Feature, values: list):
-    if f.type == "string":
-        values = [v.decode("utf-8", "replace") for v in values]
-    if f.is_list:
-        return list(values)
-    return values[0] if len(values) == 1 else None
+        decoded = decode_batch(records, self.schema, features=[n for n, _ in self.columns],
+                               origin=Origin(uri, first, offsets))
+        columns = [col if col.type == typ else col.cast(typ) for col, (_, typ) in zip(decoded.columns, self.columns)]
+        return pa.RecordBatch.from_arrays(columns, names=[n for n, _ in self.columns])
 
 
 class JobDataSource(TFRecordDataSource):
@@ -657,13 +525,13 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
     except Exception as e:  # AnalysisException: no such path or table
         raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {worker_error(e)}") from e
     where = f"the {fmt} input"
-    columns.check_columns(schema, {where: df.columns}, input_format="table",
+    leaves = {name: path for name, path, _ in leaf_columns(df.schema)}
+    columns.check_columns(schema, {where: list(leaves)}, input_format="table",
                           allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
                           schema_name=options.schema_name)
     check_column_types(schema, df.schema, where, options.schema_name)
-    present = set(df.columns)
-    selected = df.select(*[F.col(_quoted(f.name)) if f.name in present else
-                           F.lit(None).cast(spark_type(f)).alias(f.name) for f in schema.features])
+    selected = df.select(*[F.col(".".join(_quoted(p) for p in leaves[f.name])).alias(f.name) if f.name in leaves
+                           else F.lit(None).cast(spark_type(f)).alias(f.name) for f in schema.features])
     files = df.inputFiles()
     input_bytes = sum(fs.size(u) for u in files) if files else 0
     plan.prepare_output(input_paths=files)

@@ -1,0 +1,145 @@
+"""Decode serialized records: tfrecord-io's vectorized decoder against TensorFlow's parser and decode.py.
+
+Data: ``bench_encode.make_table`` (N rows x 17 columns: 10 float, 5 int64, 1 string, 1 int64 label)
+encoded by our encoder, as Examples, and as SequenceExamples of --steps rows each (category and
+label the context, the 15 numbers one feature list each).  The records are Python ``bytes`` in
+batches of --batch-records (what a file reader hands over); each path turns a batch into columns
+in memory:
+
+    ours:      arrow_decode.decode_batch(records, schema)                  -> Arrow columns
+    TF:        tf.io.parse_example(tf.constant(records), spec) + .numpy()  -> numpy arrays
+               (spec: RaggedFeature per feature, which reads what ours reads -- any number of
+               values, a missing feature -- and FixedLenFeature, make_dataset's for scalars);
+               SequenceExamples: tf.io.parse_sequence_example, RaggedFeature everywhere
+    decode.py: decode_record per record (pure Python), on the first --slow-records records
+
+Every path runs once per round, in the same order, --rounds rounds after a warm-up; the table
+gives the median records/s and ours / TF.  TensorFlow's parser runs on as many threads as it
+likes (its own pool); ours on one: the CPU column (process CPU time) says what each costs.
+Run:  .venv/bin/python benchmarks/bench_decode.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from bench_encode import SCHEMA, make_table  # noqa: E402
+from tfrecord_io.core.arrow_decode import decode_batch  # noqa: E402
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples  # noqa: E402
+from tfrecord_io.core.decode import decode_record  # noqa: E402
+from tfrecord_io.core.schema import Schema  # noqa: E402
+
+NUMBERS = [f.name for f in SCHEMA.features if f.name not in ("category", "label")]
+SEQ_SCHEMA = Schema.from_dict({
+    "record_type": "sequence_example", "group_by": "category",
+    "context": [{"name": "category", "type": "string"}, {"name": "label", "type": "int64"}],
+    "sequence": [{"name": f.name, "type": f.type} for f in SCHEMA.features if f.name in NUMBERS]})
+
+
+def sequence_records(table: pa.Table, steps: int) -> list[bytes]:
+    """Groups of ``steps`` consecutive rows as SequenceExamples."""
+    groups = table.num_rows // steps
+    offsets = pa.array(np.arange(groups + 1, dtype=np.int32) * steps)
+    cols = {"category": table.column("category").combine_chunks().take(pa.array(np.arange(groups) * steps)),
+            "label": table.column("label").combine_chunks().take(pa.array(np.arange(groups) * steps))}
+    for name in NUMBERS:
+        cols[name] = pa.ListArray.from_arrays(offsets, table.column(name).combine_chunks().slice(0, groups * steps))
+    return encode_sequence_examples(pa.record_batch(cols), SEQ_SCHEMA).to_pylist()
+
+
+def tf_paths():
+    import tensorflow as tf
+
+    dtype = {"int64": tf.int64, "float": tf.float32, "string": tf.string}
+    ragged = {f.name: tf.io.RaggedFeature(dtype[f.type], row_splits_dtype=tf.int64) for f in SCHEMA.features}
+    fixed = {f.name: tf.io.FixedLenFeature([], dtype[f.type]) for f in SCHEMA.features}
+    ctx = {f.name: tf.io.RaggedFeature(dtype[f.type], row_splits_dtype=tf.int64) for f in SEQ_SCHEMA.context}
+    seq = {f.name: tf.io.RaggedFeature(dtype[f.type], row_splits_dtype=tf.int64) for f in SEQ_SCHEMA.sequence}
+
+    def numpy(tensors) -> None:
+        for t in tensors.values():
+            (t.flat_values if isinstance(t, tf.RaggedTensor) else t).numpy()
+
+    def examples(spec):
+        def run(batches):
+            for b in batches:
+                numpy(tf.io.parse_example(tf.constant(b), spec))
+        return run
+
+    def sequences(batches):
+        for b in batches:
+            c, s, _ = tf.io.parse_sequence_example(tf.constant(b), context_features=ctx, sequence_features=seq)
+            numpy(c)
+            numpy(s)
+
+    return examples(ragged), examples(fixed), sequences
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=500_000)
+    p.add_argument("--steps", type=int, default=20, help="rows per SequenceExample")
+    p.add_argument("--batch-records", type=int, default=4096)
+    p.add_argument("--slow-records", type=int, default=20_000)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+
+    table = make_table(args.rows)
+    examples = encode_examples(table.combine_chunks().to_batches()[0], SCHEMA).to_pylist()
+    sequences = sequence_records(table, args.steps)
+
+    def batched(records):
+        return [records[i:i + args.batch_records] for i in range(0, len(records), args.batch_records)]
+
+    ex_batches, seq_batches = batched(examples), batched(sequences)
+    tf_ragged, tf_fixed, tf_seq = tf_paths()
+    paths = {
+        ("Example", "tfrecord-io decode_batch"): (len(examples), lambda: [decode_batch(b, SCHEMA) for b in ex_batches]),
+        ("Example", "TF parse_example, RaggedFeature"): (len(examples), lambda: tf_ragged(ex_batches)),
+        ("Example", "TF parse_example, FixedLenFeature"): (len(examples), lambda: tf_fixed(ex_batches)),
+        ("Example", "decode.py decode_record"): (min(args.slow_records, len(examples)),
+                                                 lambda: [decode_record(r) for r in examples[:args.slow_records]]),
+        ("SequenceExample", "tfrecord-io decode_batch"): (len(sequences),
+                                                          lambda: [decode_batch(b, SEQ_SCHEMA) for b in seq_batches]),
+        ("SequenceExample", "TF parse_sequence_example, RaggedFeature"): (len(sequences), lambda: tf_seq(seq_batches)),
+        ("SequenceExample", "decode.py decode_record"): (
+            min(args.slow_records // args.steps, len(sequences)),
+            lambda: [decode_record(r) for r in sequences[:args.slow_records // args.steps]]),
+    }
+    wall: dict = {k: [] for k in paths}
+    cpu: dict = {k: [] for k in paths}
+    for r in range(args.rounds + 1):  # round 0: warm-up
+        for key, (n, run) in paths.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            run()
+            if r:
+                wall[key].append(n / (time.perf_counter() - w0))
+                cpu[key].append(n / (time.process_time() - c0))
+    print(f"\nbench_decode on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}): "
+          f"{args.rows:,} rows x 17 columns; {len(sequences):,} SequenceExamples of {args.steps} steps; "
+          f"batches of {args.batch_records} records; median of {args.rounds} interleaved rounds\n")
+    print("| records | path | records/s | records/s per CPU second | ours / this (wall) | ours / this (CPU) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for kind in ("Example", "SequenceExample"):
+        ours = (kind, "tfrecord-io decode_batch")
+        for key in (k for k in paths if k[0] == kind):
+            w, c = statistics.median(wall[key]), statistics.median(cpu[key])
+            rw = statistics.median(wall[ours]) / w
+            rc = statistics.median(cpu[ours]) / c
+            print(f"| {kind} | {key[1]} | {w:,.0f} | {c:,.0f} | {rw:.2f}x | {rc:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

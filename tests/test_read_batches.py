@@ -1,0 +1,217 @@
+"""``tfrecord_io.read_batches``: the framework-free reader (numpy / Arrow batches), local and on HDFS."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tfrecord_io
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
+from tfrecord_io.core.framing import CorruptRecordError, TFRecordWriter
+from tfrecord_io.core.schema import Schema
+from tfrecord_io.engines import batches as batches_module
+from tfrecord_io.engines.batches import Ragged, read_batches
+from tfrecord_io.storage import fs, output
+
+GOLDEN = Path(__file__).parent / "golden" / "spark-tfrecord"
+
+SCHEMA = Schema.from_dict({"features": [
+    {"name": "id", "type": "int64"}, {"name": "x", "type": "float", "default": -1.0},
+    {"name": "city", "type": "string", "default": "?"}, {"name": "blob", "type": "bytes", "default": ""},
+    {"name": "pair", "type": "int64", "shape": [2], "default": [0, 0]},
+    {"name": "tags", "type": "string", "shape": [-1]}], "label": "id"})
+
+
+def rows(start: int, n: int) -> dict[str, list]:
+    ids = list(range(start, start + n))
+    return {"id": ids, "x": [None if i % 7 == 0 else i / 4 for i in ids],
+            "city": [None if i % 5 == 0 else f"c{i}é" for i in ids], "blob": [bytes([i % 256, 255]) for i in ids],
+            "pair": [None if i % 11 == 0 else [i, -i] for i in ids], "tags": [None if i % 3 == 0 else ["t"] * (i % 4)
+                                                                           for i in ids]}
+
+
+def encoded(cols: dict) -> pa.Array:
+    return encode_examples(pa.RecordBatch.from_pydict(cols, schema=SCHEMA.arrow_schema()), SCHEMA)
+
+
+def write(base: str, shards: list[tuple[int, int]], compression: str = "none") -> str:
+    output.write_output(base, [[encoded(rows(a, n))] for a, n in shards], schema=SCHEMA, compression=compression,
+                        engine="test")
+    return base
+
+
+def ids_of(source, **kw) -> list[int]:
+    return [i for b in read_batches(source, **kw) for i in b["id"].tolist()]
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> str:
+    return write(str(tmp_path_factory.mktemp("rb") / "out"), [(0, 1000), (1000, 1500), (2500, 10), (2510, 490)],
+                 compression="gzip")
+
+
+def test_batches_hold_the_records_in_order_as_numpy(out):
+    got = list(read_batches(out, batch_size=128))
+    assert [len(b["id"]) for b in got] == [128] * 23 + [56]  # 3000 records; batches span files
+    b = got[0]
+    assert b["id"].dtype == np.int64 and b["x"].dtype == np.float32 and b["pair"].shape == (128, 2)
+    assert b["city"].dtype == object and isinstance(b["city"][1], str) and isinstance(b["blob"][0], bytes)
+    assert isinstance(b["tags"], Ragged) and len(b["tags"]) == 128
+    want = rows(0, 3000)
+    allx = np.concatenate([b["x"] for b in got])
+    assert np.concatenate([b["id"] for b in got]).tolist() == want["id"]
+    assert allx.tolist() == [-1.0 if v is None else np.float32(v) for v in want["x"]]  # defaults filled
+    assert [c for b in got for c in b["city"].tolist()] == ["?" if v is None else v for v in want["city"]]
+    assert [p for b in got for p in b["pair"].tolist()] == [[0, 0] if v is None else v for v in want["pair"]]
+    assert [t for b in got for t in b["tags"].to_list()] == [v or [] for v in want["tags"]]
+    assert tfrecord_io.read_batches is read_batches
+
+
+def test_arrow_batches_keep_the_nulls(out):
+    (batch,) = read_batches(out, batch_size=5000, features=["x", "tags"], format="arrow")
+    assert isinstance(batch, pa.RecordBatch) and batch.schema.names == ["x", "tags"] and batch.num_rows == 3000
+    assert batch.column("x").null_count == len([i for i in range(3000) if i % 7 == 0])
+    assert batch.column("tags")[0].as_py() is None and batch.column("tags")[1].as_py() == ["t"]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 7])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_shards_hold_every_record_exactly_once(out, count, shuffle):
+    """4 files: 2 and 3 shards share out files, 7 shards (more than files) share out records."""
+    seen = []
+    for index in range(count):
+        seen += ids_of(out, batch_size=100, shard=(index, count), shuffle=shuffle, seed=index, shuffle_buffer=300)
+    assert sorted(seen) == list(range(3000))
+
+
+def test_one_file_many_shards(tmp_path):
+    base = write(str(tmp_path / "one"), [(0, 1001)])
+    parts = [ids_of(base, batch_size=64, shard=(i, 4)) for i in range(4)]
+    assert sorted(i for p in parts for i in p) == list(range(1001))
+    assert [len(p) for p in parts] == [251, 250, 250, 250]
+
+
+def test_shuffle_is_seeded_and_differs_by_epoch(out):
+    a = ids_of(out, batch_size=100, shuffle=True, seed=3, num_epochs=2)
+    b = ids_of(out, batch_size=100, shuffle=True, seed=3, num_epochs=2)
+    assert a == b and sorted(a[:3000]) == sorted(a[3000:]) == list(range(3000))
+    assert a[:3000] != a[3000:] and a[:3000] != list(range(3000))
+    assert ids_of(out, batch_size=100, shuffle=True, seed=4) != a[:3000]
+
+
+def test_epochs_and_drop_remainder(out):
+    sizes = [len(b["id"]) for b in read_batches(out, batch_size=1000, num_epochs=3, drop_remainder=True)]
+    assert sizes == [1000] * 9
+    sizes = [len(b["id"]) for b in read_batches(out, batch_size=1024, num_epochs=2)]
+    assert sizes == [1024, 1024, 952] * 2  # each epoch ends with its own partial batch
+    forever = read_batches(out, batch_size=1000, num_epochs=None)
+    assert sum(len(next(forever)["id"]) for _ in range(10)) == 10000
+
+
+def test_a_file_bigger_than_a_batch_is_streamed(tmp_path, monkeypatch):
+    big = write(str(tmp_path / "big"), [(0, 60_000)])
+    read = {"n": 0}
+    real = batches_module.iter_file_records
+
+    def counted(file, **kw):
+        for item in real(file, **kw):
+            read["n"] += 1
+            yield item
+
+    monkeypatch.setattr(batches_module, "iter_file_records", counted)
+    it = read_batches(big, batch_size=100, shuffle=True, seed=0, shuffle_buffer=1000)
+    first = next(it)
+    assert len(first["id"]) == 100
+    assert read["n"] <= batches_module._CHUNK_RECORDS + 1000, read  # a chunk and a window, not the file
+    held = [read["n"] - 100]
+    for k, b in enumerate(it, start=2):
+        held.append(read["n"] - 100 * k)
+    assert max(held) <= batches_module._CHUNK_RECORDS + 1000 + 100 and read["n"] == 60_000
+
+
+def test_sequence_examples_are_padded_with_lengths(tmp_path):
+    schema = Schema.from_dict({"record_type": "sequence_example", "group_by": "s",
+                               "context": [{"name": "s", "type": "string"}],
+                               "sequence": [{"name": "v", "type": "float"},
+                                            {"name": "k", "type": "int64", "shape": [2]},
+                                            {"name": "w", "type": "bytes", "shape": [-1]}]})
+    groups = pa.record_batch({"s": ["a", "b", "c"], "v": pa.array([[1.0, 2.0], [3.0], None], pa.list_(pa.float32())),
+                              "k": pa.array([[[1, 2], [3, 4]], [[5, 6]], []], pa.list_(pa.list_(pa.int64()))),
+                              "w": pa.array([[[b"x"], []], [[b"y", b"z"]], []], pa.list_(pa.list_(pa.binary())))})
+    output.write_output(str(tmp_path / "seq"), [[encode_sequence_examples(groups, schema)]], schema=schema,
+                        engine="test")
+    (b,) = read_batches(str(tmp_path / "seq"), batch_size=10)
+    assert b["s"].tolist() == ["a", "b", "c"]
+    assert b["v"].tolist() == [[1.0, 2.0], [3.0, 0.0], [0.0, 0.0]] and b["v_length"].tolist() == [2, 1, 0]
+    assert b["k"].shape == (3, 2, 2) and b["k"][1].tolist() == [[5, 6], [0, 0]] and b["k_length"].tolist() == [2, 1, 0]
+    assert b["w"].to_list() == [[[b"x"], []], [[b"y", b"z"]], []] and b["w_length"].tolist() == [2, 1, 0]
+
+
+def test_files_without_a_manifest_globs_lists_and_inferred_schemas(tmp_path):
+    got = list(read_batches(str(GOLDEN / "example-gzip" / "part-*"), batch_size=8, format="arrow"))
+    assert sum(b.num_rows for b in got) == 20 and got[0].schema.names == ["blob", "id", "name", "tags", "vec", "x"]
+    plain = str(tmp_path / "a.tfrecord")
+    with TFRecordWriter(plain) as w:
+        w.write_batch(encoded(rows(0, 30)))
+    assert ids_of([plain, plain], batch_size=7, schema=SCHEMA) == list(range(30)) * 2
+
+
+def test_a_missing_feature_without_default_names_file_and_record(tmp_path):
+    schema = Schema.from_dict({"features": [{"name": "id", "type": "int64"}, {"name": "x", "type": "float"}]})
+    path = str(tmp_path / "f.tfrecord")
+    with TFRecordWriter(path) as w:
+        w.write_batch(encode_examples(pa.record_batch({"id": [0, 1, 2], "x": pa.array([1.0, None, 3.0], pa.float32())}),
+                                      schema))
+    with pytest.raises(ValueError, match=r"f\.tfrecord: record 1 at byte offset \d+: feature 'x' is missing .* no "
+                                         r"default"):
+        list(read_batches(path, batch_size=2, schema=schema))
+    assert [b["id"].tolist() for b in read_batches(path, batch_size=2, schema=schema, features=["id"])] == [[0, 1], [2]]
+
+
+def test_corrupt_files_fail_naming_the_offset_or_are_skipped(tmp_path):
+    base = write(str(tmp_path / "c"), [(0, 100)])
+    (shard,) = [p for p in Path(base).iterdir() if p.name.startswith("part-")]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match=rf"{shard}: corrupt TFRecord at byte offset \d+"):
+        list(read_batches(base, batch_size=10))
+    kept = ids_of(base, batch_size=10, on_corrupt="skip")
+    assert 0 < len(kept) < 100 and kept == list(range(len(kept)))
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"batch_size": 8, "shard": (3, 3)}, "shard must be"),
+    ({"batch_size": 8, "features": ["idd"]}, "did you mean 'id'"),
+    ({"batch_size": 8, "format": "torch"}, "format must be"),
+    ({"batch_size": 8, "compression": "lz4"}, "compression"),
+])
+def test_bad_options_fail_at_the_call(out, kw, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        read_batches(out, **kw)
+
+
+def test_an_uncommitted_output_is_refused(tmp_path):
+    base = write(str(tmp_path / "u"), [(0, 10)])
+    (Path(base) / "_SUCCESS").unlink()
+    with pytest.raises(ValueError, match="not a committed"):
+        read_batches(base, batch_size=4)
+
+
+def test_on_hdfs(hdfs, tmp_path):
+    local = write(str(tmp_path / "o"), [(0, 700), (700, 300)], compression="zlib")
+    root = hdfs.uri(f"/read_batches/{tmp_path.name}")
+    for p in sorted(Path(local).iterdir()):
+        if p.is_file():
+            with fs.open(f"{root}/{p.name}", "wb") as f:
+                f.write(p.read_bytes())
+    assert ids_of(root, batch_size=64) == list(range(1000))
+    parts = [ids_of(root, batch_size=64, shard=(i, 3), shuffle=True, seed=1) for i in range(3)]
+    assert sorted(i for p in parts for i in p) == list(range(1000))
+    (b,) = read_batches(f"{root}/part-*", batch_size=2000, schema=SCHEMA, features=["x"])
+    assert struct.pack("<f", b["x"][1]) == struct.pack("<f", 0.25)

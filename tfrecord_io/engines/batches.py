@@ -1,0 +1,406 @@
+"""Batches of TFRecords for any framework: dicts of numpy arrays (or Arrow RecordBatches), no TensorFlow.
+
+The framework-free "engine": what :func:`tfrecord_io.make_dataset` does for ``tf.data``, for PyTorch,
+JAX / Grain or plain numpy, with the vectorized decoder (:mod:`tfrecord_io.core.arrow_decode`)::
+
+    from tfrecord_io import read_batches
+
+    for batch in read_batches("hdfs://nn:8020/tfrecords/trips", batch_size=1024, shuffle=True, seed=0):
+        batch["fare"]          # numpy float32, shape [1024]
+
+``source`` is what every reader takes (:func:`tfrecord_io.storage.sources.resolve_source`): a
+committed output directory (its ``_manifest.json`` gives the files, schema and compression), a
+glob, a file or a list of files, local or ``hdfs://``.  The schema is the manifest's, ``schema=``
+(a Schema, a dict or a YAML path), or else inferred from the first records, as
+``spark.read.format("tfrecord")`` does.
+
+The pipeline, per call (one per worker)::
+
+    the source's files, in order
+      -> this shard's share (shard=(index, count)): files[index::count]; with fewer files than
+         shards, every file and the records with (file position + record number) % count == index
+      -> file order shuffled each epoch (seeded)                          [shuffle=True]
+      -> per file: records streamed (both CRCs checked), decoded a chunk at a time
+      -> records shuffled in windows of shuffle_buffer (a uniform permutation of each window)
+      -> batches of batch_size; each epoch ends with its partial batch (unless drop_remainder)
+
+Memory is bounded: a file is streamed, never held; at most one decoded chunk, one shuffle window
+and one batch are in memory at once.  Shards are disjoint and together hold every record exactly
+once, whatever the file order or seed, so ``shard=(worker, workers)`` splits an epoch among data
+loader workers or hosts.
+
+What a batch holds (``format="numpy"``, the default), as :func:`~tfrecord_io.make_dataset` does:
+scalars ``[batch]``, ``[k]`` lists ``[batch, k]`` (a missing one takes the schema ``default``; with
+no default it is an error naming the file, the record and the feature, as TensorFlow's "required
+but could not be found"), ``[-1]`` lists a :class:`Ragged` (missing: an empty row).  Numbers are
+int64 / float32 arrays, ``string`` features object arrays of ``str``, ``bytes`` ones of ``bytes``.
+SequenceExample features are padded to the longest sequence in the batch, ``[batch, steps]``
+(``[batch, steps, k]`` for ``[k]`` steps; padding 0, ``""`` or ``b""``), with their step counts in
+``<name>_length``; ``[-1]`` steps are a :class:`Ragged` of :class:`Ragged` rows.  With
+``format="arrow"`` a batch is the decoder's RecordBatch as it is: nulls where a feature is missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfrecord_io.core.arrow_decode import Origin, decode_batch
+from tfrecord_io.core.framing import CorruptRecordError, normalize_compression
+from tfrecord_io.core.record_schema import schema_from_records
+from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.storage import sources
+from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
+
+__all__ = ["BatchOptions", "Ragged", "read_batches"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SHUFFLE_BUFFER = 10_000
+INFER_SAMPLE_RECORDS = 1000
+_CHUNK_RECORDS = 4096   # records decoded at once ...
+_CHUNK_BYTES = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
+_FORMATS = ("numpy", "arrow")
+_ON_CORRUPT = ("error", "skip")
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Everything :func:`read_batches` takes besides ``source`` and ``schema``.
+
+    batch_size: records per batch.
+    features: the features to read, in order (default: all of the schema's).
+    shard: ``(index, count)``: read only this worker's share (module doc). Default: everything.
+    shuffle: shuffle the file order (each epoch) and the records (in windows). Default False.
+    shuffle_buffer: records per shuffle window (bounds memory). Default 10,000.
+    seed: makes the order reproducible; None: a different one each run.
+    num_epochs: passes over the data; None repeats forever. Default 1.
+    drop_remainder: drop each epoch's last partial batch.
+    format: ``"numpy"`` (dicts of arrays, module doc) or ``"arrow"`` (RecordBatches).
+    compression: ``"auto"`` (the manifest's, else from each file's extension), or ``"none"`` /
+        ``"gzip"`` / ``"zlib"`` for every file.
+    on_corrupt: ``"error"`` (a damaged file fails, naming it and the byte offset) or ``"skip"``
+        (the rest of that file is dropped, with a warning).
+    """
+
+    batch_size: int
+    features: tuple[str, ...] | None = None
+    shard: tuple[int, int] | None = None
+    shuffle: bool = False
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    seed: int | None = None
+    num_epochs: int | None = 1
+    drop_remainder: bool = False
+    format: str = "numpy"
+    compression: str = "auto"
+    on_corrupt: str = "error"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "shuffle_buffer", "num_epochs"):
+            value = getattr(self, name)
+            if value is None and name == "num_epochs":
+                continue
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer{' or None' if name == 'num_epochs' else ''}, "
+                                 f"got {value!r}")
+        if self.features is not None:
+            if isinstance(self.features, str):
+                raise TypeError("features= takes a list of feature names, not a string")
+            object.__setattr__(self, "features", tuple(self.features))
+        if self.shard is not None:
+            shard = tuple(self.shard)
+            if len(shard) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in shard) \
+                    or not 0 <= shard[0] < shard[1]:
+                raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard!r}")
+            object.__setattr__(self, "shard", (int(shard[0]), int(shard[1])))
+        for name in ("shuffle", "drop_remainder"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool)):
+            raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.format not in _FORMATS:
+            raise ValueError(f"format must be 'numpy' or 'arrow', got {self.format!r}")
+        if self.on_corrupt not in _ON_CORRUPT:
+            raise ValueError(f"on_corrupt must be 'error' or 'skip', got {self.on_corrupt!r}")
+        if self.compression != "auto":
+            try:
+                object.__setattr__(self, "compression", normalize_compression(self.compression))
+            except ValueError as e:
+                raise ValueError(f"compression: {e}; or 'auto'") from e
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A batch of variable-length lists: row ``i`` is ``values[row_splits[i]:row_splits[i + 1]]``.
+    ``values`` is a numpy array, or a :class:`Ragged` itself (lists of lists: ``[-1]`` steps)."""
+
+    values: Any
+    row_splits: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.row_splits) - 1
+
+    def row(self, i: int):
+        a, b = int(self.row_splits[i]), int(self.row_splits[i + 1])
+        if isinstance(self.values, Ragged):  # rows a..b of the inner lists
+            return Ragged(self.values.values, self.values.row_splits[a:b + 1])
+        return self.values[a:b]
+
+    def to_list(self) -> list:
+        def rows(r: Ragged) -> list:
+            return [r.row(i).to_list() if isinstance(r.values, Ragged) else r.row(i).tolist() for i in range(len(r))]
+        return rows(self)
+
+
+def read_batches(source: Any, *, batch_size: int, features: Sequence[str] | None = None, schema: Any = None,
+                 shard: tuple[int, int] | None = None, shuffle: bool = False, seed: int | None = None,
+                 num_epochs: int | None = 1, drop_remainder: bool = False,
+                 shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, format: str = "numpy", compression: str = "auto",
+                 on_corrupt: str = "error") -> Iterator:
+    """Batches of a TFRecord source: dicts of numpy arrays, or RecordBatches (module doc).
+
+    The source, its schema and the options are checked now (ValueError / FileNotFoundError);
+    reading starts at the first ``next()``.  See :class:`BatchOptions` for the arguments.
+    """
+    options = BatchOptions(batch_size=batch_size, features=features, shard=shard, shuffle=shuffle, seed=seed,
+                           num_epochs=num_epochs, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
+                           format=format, compression=compression, on_corrupt=on_corrupt)
+    src = sources.resolve_source(source, compression=options.compression, committed=True,
+                                 schema=schema)
+    resolved = src.schema if src.schema is not None else _infer(src)
+    chosen = _chosen(resolved, options.features)
+    return _batches(src, resolved, chosen, options)
+
+
+def _infer(src: Source) -> Schema:
+    """The schema of a source without one, from its first records (the rule of ``spark.read``)."""
+    def records():
+        for f in src.files:
+            for _, data in iter_file_records(f):
+                yield data
+
+    try:
+        return schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+    except ValueError as e:
+        raise ValueError(f"{src.uri}: {e} (read_batches(schema=...))") from e
+
+
+def _chosen(schema: Schema, names: tuple[str, ...] | None) -> list[Feature]:
+    if names is None:
+        return list(schema.input_features)
+    known = {f.name for f in schema.input_features}
+    for name in names:
+        if name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; features: {sorted(known)}"
+            raise ValueError(f"features=: no feature named {name!r} in the schema{hint}")
+    return [schema.feature(name) for name in names]
+
+
+# ---------------------------------------------------------------------------------------
+# Records of this shard, decoded
+# ---------------------------------------------------------------------------------------
+def _shard_files(files: Sequence[SourceFile], shard: tuple[int, int] | None):
+    """[(file position in the source, file)] of this shard, and the record stride (None: every record)."""
+    indexed = list(enumerate(files))
+    if shard is None:
+        return indexed, None
+    index, count = shard
+    if len(files) >= count:
+        return indexed[index::count], None
+    log.info("%d file(s) for %d shards: each shard reads every file and keeps every %d-th record", len(files),
+             count, count)
+    return indexed, shard
+
+
+def _decoded(position: int, file: SourceFile, schema: Schema, chosen: list[Feature], options: BatchOptions,
+             stride: tuple[int, int] | None) -> Iterator[pa.RecordBatch]:
+    """One file's records (this shard's), decoded a chunk at a time; dense-ready for numpy."""
+    names = [f.name for f in chosen]
+    broken: list[CorruptRecordError] = []
+
+    def intact(records):  # the records before a corrupt one (yield from: no Python per record)
+        try:
+            yield from records
+        except CorruptRecordError as e:
+            broken.append(e)
+
+    records = intact(iter_file_records(file))
+    first, step = 0, 1
+    if stride is not None:  # record j is this shard's when (position + j) % count == index
+        first, step = (stride[0] - position) % stride[1], stride[1]
+        records = itertools.islice(records, first, None, step)
+    done, size = 0, 1024  # records per chunk: then as many as make _CHUNK_BYTES, at most _CHUNK_RECORDS
+    while batch := list(itertools.islice(records, size)):
+        offsets, chunk = zip(*batch)
+        numbers = range(first + step * done, first + step * (done + len(chunk)), step)
+        origin = Origin(file.uri, offsets=offsets, numbers=numbers)
+        decoded = decode_batch(chunk, schema, features=names, origin=origin)
+        yield decoded if options.format == "arrow" else _dense_ready(decoded, schema, chosen, origin)
+        done += len(chunk)
+        size = max(64, min(_CHUNK_RECORDS, _CHUNK_BYTES * len(chunk) // max(1, sum(map(len, chunk)))))
+    if broken:
+        if options.on_corrupt != "skip":
+            raise broken[0]
+        log.warning("on_corrupt='skip': %s: dropped the rest of the file after the intact records (%s)",
+                    file.uri, broken[0])
+
+
+def _dense_ready(batch: pa.RecordBatch, schema: Schema, chosen: list[Feature], origin: Origin) -> pa.RecordBatch:
+    """Fill what the numpy layout cannot hold as null (module doc): defaults for missing scalars and
+    ``[k]`` lists, empty rows for ``[-1]`` lists and sequences; an error naming the record for a
+    missing feature without a default, a ``[k]`` list of another length, or a step that does not
+    hold its shape."""
+    sequence = {f.name for f in schema.sequence}
+    columns = []
+    for f, col in zip(chosen, batch.columns):
+        if f.name in sequence:
+            col = pc.fill_null(col, pa.scalar([], col.type)) if col.null_count else col
+            steps = col.flatten()
+            bad = _not_shaped(f, steps)
+            if bad is not None:
+                starts = _splits(col)
+                record = int(np.searchsorted(starts[1:], bad, side="right"))
+                raise ValueError(f"{origin.where(record)}: feature {f.name!r}, step {bad - starts[record]}: "
+                                 f"{_shape_text(f)}")
+        elif f.is_varlen:
+            col = pc.fill_null(col, pa.scalar([], col.type)) if col.null_count else col
+        else:
+            if col.null_count:
+                if f.default is None:
+                    i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                    raise ValueError(f"{origin.where(i)}: feature {f.name!r} is missing (or holds another number "
+                                     f"of values than {f.fixed_length or 1}) and has no default: give it a default "
+                                     f"in the schema, or leave it out with features=[...]")
+                default = list(f.default) if f.is_list else f.default
+                col = pc.fill_null(col, pa.scalar(default, col.type))
+            bad = _not_shaped(f, col)
+            if bad is not None:
+                raise ValueError(f"{origin.where(bad)}: feature {f.name!r}: {_shape_text(f)}")
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _not_shaped(f: Feature, values: pa.Array) -> int | None:
+    """The first value that does not hold the feature's shape (scalar: one value; [k]: k values)."""
+    if f.is_varlen:
+        return None
+    if not f.is_list:
+        return int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) if values.null_count else None
+    lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+    wrong = np.flatnonzero(lengths != f.fixed_length)
+    return int(wrong[0]) if wrong.size else None
+
+
+def _shape_text(f: Feature) -> str:
+    return f"expected {f.fixed_length} values (shape [{f.fixed_length}])" if f.is_list else \
+        "expected one value (a scalar)"
+
+
+# ---------------------------------------------------------------------------------------
+# Epochs, shuffling, batching
+# ---------------------------------------------------------------------------------------
+def _batches(src: Source, schema: Schema, chosen: list[Feature], options: BatchOptions) -> Iterator:
+    files, stride = _shard_files(src.files, options.shard)
+    convert = (lambda b: b) if options.format == "arrow" else (lambda b: _to_numpy(b, schema, chosen))
+    epoch = 0
+    while options.num_epochs is None or epoch < options.num_epochs:
+        rng = np.random.default_rng(None if options.seed is None else [options.seed, epoch])
+        order = rng.permutation(len(files)) if options.shuffle else range(len(files))
+        chunks = (c for k in order for c in _decoded(*files[k], schema, chosen, options, stride))
+        if options.shuffle:
+            chunks = _windows(chunks, options.shuffle_buffer, options.batch_size, rng)
+        for batch in _rebatch(chunks, options.batch_size, options.drop_remainder):
+            yield convert(batch)
+        epoch += 1
+
+
+def _windows(chunks: Iterator[pa.RecordBatch], size: int, batch_size: int,
+             rng: np.random.Generator) -> Iterator[pa.RecordBatch]:
+    """Windows of about ``size`` records, each shuffled (a uniform permutation of the window)."""
+    window: list[pa.RecordBatch] = []
+    held = 0
+    for chunk in chunks:
+        window.append(chunk)
+        held += chunk.num_rows
+        if held >= max(size, batch_size):
+            yield _shuffled(window, rng)
+            window, held = [], 0
+    if held:
+        yield _shuffled(window, rng)
+
+
+def _shuffled(window: list[pa.RecordBatch], rng: np.random.Generator) -> pa.RecordBatch:
+    table = pa.Table.from_batches(window)
+    return pa.concat_batches(table.take(pa.array(rng.permutation(table.num_rows))).to_batches())
+
+
+def _rebatch(chunks: Iterator[pa.RecordBatch], batch_size: int, drop_remainder: bool) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of exactly ``batch_size`` rows from chunks of any size (the last smaller)."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for chunk in chunks:
+        start = 0
+        while chunk.num_rows - start + held >= batch_size:
+            take = batch_size - held
+            pending.append(chunk.slice(start, take))
+            yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+            pending, held, start = [], 0, start + take
+        if start < chunk.num_rows:
+            pending.append(chunk.slice(start))
+            held += chunk.num_rows - start
+    if held and not drop_remainder:
+        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+
+
+# ---------------------------------------------------------------------------------------
+# numpy
+# ---------------------------------------------------------------------------------------
+def _to_numpy(batch: pa.RecordBatch, schema: Schema, chosen: list[Feature]) -> dict[str, Any]:
+    sequence = {f.name for f in schema.sequence}
+    out: dict[str, Any] = {}
+    for f, col in zip(chosen, batch.columns):
+        if f.name in sequence:
+            out[f.name], out[f"{f.name}_length"] = _steps(f, col)
+        elif f.is_varlen:
+            out[f.name] = _ragged(col)
+        elif f.is_list:
+            out[f.name] = _values(col.flatten()).reshape(len(col), f.fixed_length)
+        else:
+            out[f.name] = _values(col)
+    return out
+
+
+def _values(arr: pa.Array) -> np.ndarray:
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _splits(col: pa.Array) -> np.ndarray:
+    offsets = np.asarray(col.offsets, dtype=np.int64)
+    return offsets - offsets[0]
+
+
+def _ragged(col: pa.Array) -> Ragged:
+    return Ragged(_values(col.flatten()), _splits(col))
+
+
+def _steps(f: Feature, col: pa.Array) -> tuple[Any, np.ndarray]:
+    """A sequence feature: padded to the longest in the batch (or ragged, for [-1] steps), and its lengths."""
+    lengths = np.diff(_splits(col))
+    if f.is_varlen:
+        return Ragged(_ragged(col.flatten()), _splits(col)), lengths
+    values = _values(col.flatten().flatten() if f.is_list else col.flatten())
+    width = int(lengths.max()) if len(lengths) else 0
+    shape = (len(col), width) + ((f.fixed_length,) if f.is_list else ())
+    pad = {"string": "", "bytes": b""}.get(f.type, 0)
+    padded = np.full(shape, pad, dtype=values.dtype if values.dtype != object else object)
+    padded[np.arange(width) < lengths[:, None]] = values.reshape((-1,) + shape[2:])
+    return padded, lengths
