@@ -98,6 +98,11 @@ def test_the_converters_work_without_tensorflow(slim, tmp_path):
         _run(slim, cli, "verify", str(tmp_path / name), cwd=tmp_path)
         shown = _run(slim, cli, "inspect", str(tmp_path / name), "--head", "1", cwd=tmp_path)
         assert "40" in shown.stdout
+    # What needs TensorFlow says which extra to install, in one line, with exit 2.
+    stats = _run(slim, cli, "stats", str(tmp_path / "spark"), "--logdir", str(tmp_path / "tb"), cwd=tmp_path,
+                 check=False)
+    assert stats.returncode == 2 and "Traceback" not in stats.stderr, stats.stderr[-3000:]
+    assert 'pip install "tfrecord-io[tf]"' in [ln for ln in stats.stderr.splitlines() if "error:" in ln][-1]
 
 
 def _run(venv: Path, *args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

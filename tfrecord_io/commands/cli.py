@@ -23,13 +23,15 @@ SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("convert", "tfrecord_io.commands.convert", "convert CSV/JSON (local or HDFS) to TFRecord files with Spark or Beam"),
     ("inspect", "tfrecord_io.commands.inspect", "show a TFRecord source's files, record count, schema and first records"),
     ("verify", "tfrecord_io.commands.verify", "check every record's CRCs, the manifest's counts and sizes, and the schema"),
+    ("index", "tfrecord_io.commands.index", "write record indexes for TFRecord files others wrote (ours, or DALI's format)"),
+    ("copy", "tfrecord_io.commands.copy", "copy files and directories between local disk and HDFS (put, get, cp)"),
     ("stats", "tfrecord_io.commands.stats", "per-feature statistics as TensorBoard summaries and an HTML report"),
     ("pack-env", "tfrecord_io.commands.pack_env", "pack a slim Python environment (no TensorFlow) for Spark executors on YARN"),
 )
 
 
 # Commands that read or write hdfs://: they take the keytab options (tfrecord_io.storage.credentials).
-_HDFS_COMMANDS = ("convert", "infer-schema", "inspect", "verify", "stats")
+_HDFS_COMMANDS = ("convert", "infer-schema", "inspect", "verify", "stats", "copy")
 
 
 def add_credential_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,15 +66,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A module an extra installs -> that extra (setup.cfg's extras_require).
+_EXTRAS = {"tensorflow": "tf", "keras": "tf", "tensorboard": "tf", "matplotlib": "tf", "apache_beam": "beam",
+           "hdfs": "beam", "pyspark": "spark", "pandas": "spark"}
+
+
+def missing_extra(e: ModuleNotFoundError) -> str | None:
+    """The line that says which extra to install, for a missing engine module (None: another module)."""
+    top = (e.name or "").split(".")[0]
+    extra = _EXTRAS.get(top)
+    if extra is None:
+        return None
+    return (f"this needs {top}, which this installation of tfrecord-io lacks: pip install \"tfrecord-io[{extra}]\" "
+            f"(from a checkout: pip install \".[{extra}]\")")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    from tfrecord_io.commands import exits
+
+    # TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, "failed call to cuInit" on a machine without
+    # a GPU) say nothing a user of these commands can act on; TF_CPP_MIN_LOG_LEVEL set by the user wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = build_parser().parse_args(argv)
     try:
         apply_credentials(args)
     except ValueError as e:
-        from tfrecord_io.commands import exits
-
         return exits.fail(args.command, str(e))
-    return int(importlib.import_module(args._module).run(args) or 0)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except ModuleNotFoundError as e:
+        why = missing_extra(e)
+        if why is None:
+            raise
+        return exits.fail(args.command, why)
 
 
 if __name__ == "__main__":

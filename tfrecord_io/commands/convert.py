@@ -132,10 +132,18 @@ def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
     if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
+    _quiet(spark)
     try:
         return run_spark(spark, plan, debug=args.debug, faults=faults)
     finally:
         spark.stop()
+
+
+def _quiet(spark) -> None:
+    """Spark's INFO lines (a few per task) bury the job's own; its warnings and errors stay
+    (``--conf spark.log.level=INFO`` brings the rest back)."""
+    if not spark.sparkContext.getConf().get("spark.log.level", None):
+        spark.sparkContext.setLogLevel("WARN")
 
 
 def _spark_submit_keytab() -> tuple[str | None, str | None]:
@@ -266,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
     if args.master:
         builder = builder.master(args.master)
     spark = builder.getOrCreate()  # no --master: spark-defaults.conf's, else local[*]
+    _quiet(spark)
     try:
         if not spark.sparkContext.master.startswith("local"):
             import tempfile

@@ -55,6 +55,13 @@ def _cell(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
+def _short(feature: dict) -> str:
+    """A feature's values as the first record line shows them: one value plainly, lists bounded."""
+    (values,) = feature.values() if feature else ([],)
+    text = json.dumps(values[0] if len(values) == 1 else values, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _step(n: int, text: str) -> None:
     print(f"\n[{n}/4] {text}", flush=True)
 
@@ -138,7 +145,8 @@ def _convert_inspect_train(args, schema: str, input_uri: str, output_uri: str) -
     first = fs.join(output_uri, manifest["files"][0]["path"])
     with fs.open(first, "rb") as fh:
         record = next(iter(read_records(fh, name=first, compression=manifest["compression"])))
-    print(f"      first record: {json.dumps(record_to_json(decode_record(record)))[:300]}")
+    shown = record_to_json(decode_record(record))["features"]
+    print("      first record: " + ", ".join(f"{name}={_short(value)}" for name, value in shown.items()))
 
     _step(4, f"training a Keras model: inputs and preprocessing from the schema (keras_inputs), "
              f"model.fit(make_dataset({output_uri!r}))")

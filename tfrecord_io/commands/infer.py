@@ -83,8 +83,10 @@ def _rows_csv(uri: str, options: CsvOptions) -> Iterator[tuple[bool, list[str]]]
 
 
 def infer_columns(uri: str, input_format: str, sample_rows: int = DEFAULT_SAMPLE_ROWS,
-                  csv_options: CsvOptions = CsvOptions(), null_tokens: tuple[str, ...] = NULL_TOKENS) -> list[_Column]:
-    """Look at up to ``sample_rows`` rows of the input and describe each column."""
+                  csv_options: CsvOptions = CsvOptions(), null_tokens: tuple[str, ...] = NULL_TOKENS,
+                  multiline: bool = False) -> list[_Column]:
+    """Look at up to ``sample_rows`` rows of the input and describe each column (``multiline``: JSON
+    files are whole documents, an object or an array of objects, as ``convert --multiline`` reads them)."""
     columns: dict[str, _Column] = {}
     if input_format == "csv":
         names: list[str] | None = None
@@ -121,16 +123,12 @@ def infer_columns(uri: str, input_format: str, sample_rows: int = DEFAULT_SAMPLE
                     col.see("float")
                     col.non_null += col.nan_cells - 1
     elif input_format == "json":
-        for i, (path, number, line) in enumerate(_json_lines(uri)):
+        for i, (path, where, obj) in enumerate(_json_objects(uri, multiline)):
             if i >= sample_rows:
                 break
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as e:
-                raise ValueError(f"{path}: line {number} is not JSON: {str(e)[:200]}") from e
             if not isinstance(obj, dict):
-                raise ValueError(f"{path}: line {number}: expected a JSON object per line, got "
-                                 f"{type(obj).__name__}")
+                raise ValueError(f"{path}: {where}: expected a JSON object per {'element' if multiline else 'line'}, "
+                                 f"got {type(obj).__name__}")
             for name in columns:
                 if name not in obj:
                     columns[name].see(None)
@@ -193,13 +191,28 @@ def _columnar(uri: str, input_format: str) -> list[_Column]:
     return out
 
 
-def _json_lines(uri: str) -> Iterator[tuple[str, int, str]]:
-    """(file, line number, text) of each non-blank line of each input file."""
+def _json_objects(uri: str, multiline: bool) -> Iterator[tuple[str, str, object]]:
+    """(file, where in it, value) of each JSON Lines line, or of each element of a whole-file document."""
     for f in inputs.list_inputs(uri):
         with inputs.open_input(f.path) as raw:
+            if multiline:
+                try:
+                    doc = json.load(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+                except (ValueError, RecursionError) as e:
+                    raise ValueError(f"{f.path}: not a JSON document: {str(e)[:200]}") from e
+                for k, obj in enumerate(doc if isinstance(doc, list) else [doc]):
+                    yield f.path, f"element {k}", obj
+                continue
             for number, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=""), 1):
-                if line.strip():
-                    yield f.path, number, line
+                if not line.strip():
+                    continue
+                if number == 1 and line.lstrip().startswith("["):
+                    raise ValueError(f"{f.path} holds a JSON array (it starts with '['), not JSON Lines: pass "
+                                     f"--multiline to read it (each element a row)")
+                try:
+                    yield f.path, f"line {number}", json.loads(line)
+                except (ValueError, RecursionError) as e:
+                    raise ValueError(f"{f.path}: line {number} is not JSON: {str(e)[:200]}") from e
 
 
 def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int) -> str:
@@ -226,7 +239,9 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
         elif c.non_null == 0:
             notes.append("always empty in the sample: type is a guess")
         elif c.nulls:
-            notes.append(f"{c.nulls} null(s) in {c.nulls + c.non_null} sampled rows: the loader fills the default")
+            notes.append(f"{c.nulls} null(s) in {c.nulls + c.non_null} sampled rows: missing values train as "
+                         f"this default -- choose one that means 'missing' here, or remove it to have the loader "
+                         f"refuse records that lack the feature")
         if len(c.kinds) > 1 and c.type == "string" and input_format == "json":
             notes.append("mixed JSON types: only its strings convert, other values are rejects")
         lines.append(entry + (f"  # {'; '.join(notes)}" if notes else ""))
@@ -251,6 +266,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"rows to look at (default {DEFAULT_SAMPLE_ROWS})")
     parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
     parser.add_argument("--no-header", action="store_true", help="CSV files have no header line")
+    parser.add_argument("--multiline", action="store_true",
+                        help="JSON files are whole documents (an object, or an array of objects), as "
+                             "`convert --multiline` reads them")
     parser.add_argument("--null-values", default=None, metavar="A,B,...",
                         help="CSV cell texts that mean missing (default: " + ",".join(t or '""' for t in NULL_TOKENS)
                              + ')')
@@ -260,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = CsvOptions(header=not args.no_header, delimiter=args.delimiter)
         tokens = NULL_TOKENS if args.null_values is None else tuple(args.null_values.split(","))
-        columns = infer_columns(args.input, args.input_format, args.sample_rows, options, tokens)
+        columns = infer_columns(args.input, args.input_format, args.sample_rows, options, tokens,
+                                multiline=args.multiline)
     except (OSError, ValueError) as e:
         return exits.fail("infer-schema", str(e))
     print(schema_yaml(columns, args.input_format, options, args.sample_rows), end="")

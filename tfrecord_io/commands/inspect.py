@@ -73,7 +73,11 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
         raw = source.manifest.raw
         totals = raw.get("totals", {})
         out["manifest"] = {"engine": raw.get("engine"), "created": raw.get("created"),
-                           "totals": totals, "success": source.success}
+                           "totals": totals, "success": source.success,
+                           "rejects": [r.get("path") for r in raw.get("rejects") or ()]}
+        if source.splits:
+            out["splits"] = {name: sum(f.records or 0 for f in source.files if f.name.startswith(name + "/"))
+                             for name in source.splits}
         out["records"] = sum(f.records or 0 for f in source.files)
         out["records_from"] = "manifest"
     else:
@@ -208,6 +212,15 @@ def render_text(info: dict) -> str:
                  f" (from the {'records' if info.get('record_type_from') == 'records' else info.get('record_type_from')})")
     lines.append(f"records:     {info['records']} "
                  f"({'from the manifest' if info['records_from'] == 'manifest' else 'counted'})")
+    if "splits" in info:
+        lines.append("splits:      " + ", ".join(f"{name} ({n} records)" for name, n in info["splits"].items()))
+    if "manifest" in info and info["manifest"].get("totals"):
+        t, rejects = info["manifest"]["totals"], info["manifest"]["rejects"]
+        lines.append(f"rejects:     {t.get('rejected', 0)} of {t.get('input_rows', '?')} input rows"
+                     + (f" (in {', '.join(rejects)})" if rejects else ""))
+    label = (info.get("schema") or {}).get("label")
+    if label:
+        lines.append(f"label:       {label}")
     lines.append(f"files:       {len(info['files'])}")
     width = max(len(f["path"]) for f in info["files"])
     for f in info["files"]:

@@ -69,6 +69,9 @@ def sample_json_keys(files: Iterable[str], multiline: bool = False) -> dict[str,
                     break
                 data += more
         found: set[str] = set()
+        if not multiline and data.lstrip()[:1] == b"[":
+            raise ValueError(f"{uri} holds a JSON array (it starts with '['), not JSON Lines: convert it with "
+                             f"--multiline (each element of the array a row)")
         if multiline:
             try:
                 doc = json.loads(data) if len(data) <= JSON_SAMPLE_BYTES else None

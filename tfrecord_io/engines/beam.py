@@ -81,7 +81,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
-import apache_beam as beam
+# Importing Beam logs "apitools not found, and bigquery client libraries are not available" at
+# WARNING on the root logger: it concerns Google Cloud I/O, which this pipeline never uses.
+logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())
+
+import apache_beam as beam  # noqa: E402 - after the filter above
 import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics

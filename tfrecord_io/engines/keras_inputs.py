@@ -78,15 +78,17 @@ class KerasInputs:
         binary = self.loss == "binary_crossentropy"
         return keras.layers.Dense(1, activation="sigmoid" if binary else None, name=name)
 
-    def dataset(self, **make_dataset_options):
+    def dataset(self, source=None, **make_dataset_options):
         """``make_dataset(source, features=...)`` with a string label mapped to its class index,
-        ready for ``model.fit``."""
+        ready for ``model.fit``.  ``source``: another source of the same schema (default: the one
+        these inputs were built from), e.g. the eval split for ``model.evaluate``: its string labels
+        map to the same classes; one the training source never had maps to -1."""
         import tensorflow as tf
 
         from tfrecord_io.engines.tfdata import make_dataset
 
-        ds = make_dataset(self.source, schema=self.schema, features=list(self.features),
-                          **make_dataset_options)
+        ds = make_dataset(self.source if source is None else source, schema=self.schema,
+                          features=list(self.features), **make_dataset_options)
         label = self.schema.feature(self.label) if self.label else None
         if label is not None and label.type in ("string", "bytes") and self.label_classes is not None:
             table = tf.lookup.StaticHashTable(

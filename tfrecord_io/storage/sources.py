@@ -126,6 +126,7 @@ class Source:
     extra_entries: tuple[str, ...] = ()       # files beside a manifest that it does not list
     schema: Schema | None = None              # the manifest's, or the caller's
     schema_from: str | None = None            # "manifest" | "option"
+    splits: tuple[str, ...] = ()              # a --split output's root: its splits (their files are ``files``)
 
     @property
     def record_type(self) -> str | None:
@@ -272,6 +273,8 @@ def _resolve_dir(uri: str, how: _Resolver, committed: bool) -> Source:
         return Source(uri, tuple(how.file(f, _relative(uri, f)) for f in sorted(files)), is_dir=True,
                       success=success)
     manifest = Manifest.read(uri)
+    if manifest.raw.get("splits"):
+        return _resolve_split_root(uri, manifest, how, committed, success)
     present = set(entries)
     listed, files = set(), []
     for entry in manifest.files:
@@ -286,6 +289,23 @@ def _resolve_dir(uri: str, how: _Resolver, committed: bool) -> Source:
     extra = tuple(_relative(uri, e) for e in entries if not hidden(e) and e not in listed and not fs.isdir(e))
     return Source(uri, tuple(sorted(files, key=lambda f: f.uri)), is_dir=True, manifest=manifest,
                   success=success, extra_entries=extra, schema=manifest.schema, schema_from="manifest")
+
+
+def _resolve_split_root(uri: str, manifest: Manifest, how: _Resolver, committed: bool, success: bool) -> Source:
+    """The root of a ``--split`` output: its manifest describes the whole, each split is an output of
+    its own.  A reader of one output (the loader) is told to pick a split; the others get every
+    split's files (``train/part-...``), with the records each split's manifest counts."""
+    names = tuple(manifest.raw["splits"])
+    if committed:
+        shown = ", ".join(fs.join(uri, n) for n in names)
+        raise ValueError(f"{uri} is the root of a split output: its records are in its splits ({shown}); "
+                         f"read one of them, e.g. {fs.join(uri, names[0])!r}")
+    files = []
+    for name in names:
+        part = _resolve_dir(fs.join(uri, name), how, committed)
+        files += [dataclasses.replace(f, name=f"{name}/{f.name}") for f in part.files]
+    return Source(uri, tuple(files), is_dir=True, manifest=manifest, success=success, schema=manifest.schema,
+                  schema_from="manifest", splits=names)
 
 
 def _resolve_list(source: Iterable, how: _Resolver) -> Source:
