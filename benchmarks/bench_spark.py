@@ -85,6 +85,7 @@ def job_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--output", required=True)
     p.add_argument("--schema")
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--shards", default="even", help="ours-job: the job's --shards (even or input)")
     return p.parse_args(argv)
 
 
@@ -100,7 +101,7 @@ def ours_job(argv: list[str]) -> int:
     for i in range(args.repeat):
         started = time.monotonic()
         manifest = run_conversion(spark, ConversionOptions(inputs=args.input, input_format="csv", schema=args.schema,
-                                                           output=f"{args.output}/run-{i}"))
+                                                           output=f"{args.output}/run-{i}", shards=args.shards))
         runs.append(round(time.monotonic() - started, 3))
         records.append(manifest["totals"]["records"])
     print(json.dumps({"event": "done", "runs": runs, "records": records,

@@ -635,6 +635,46 @@ def test_split_files_give_each_reject_its_line_and_raw_text(spark, tmp_path, sha
         assert len(manifest["files"]) == manifest["job"]["num_shards"] == -(-path.stat().st_size // 40_000)
 
 
+def test_small_files_are_packed_into_read_tasks_as_spark_packs_them():
+    """Spark's FilePartition packing: splits largest first, each costing its bytes + openCostInBytes,
+    tasks of up to the split size; a split larger than that is a task of its own; input order within."""
+    from tfrecord_io.engines.spark import _pack_splits, _Split, split_size
+
+    small = [_Split(f"f{i:03d}", 0, 1_000, True) for i in range(100)]
+    tasks = _pack_splits(small + [_Split("big", 0, 50_000, False)], max_split_bytes=20_000, open_cost=1_000)
+    assert tasks[0] == [_Split("big", 0, 50_000, False)]
+    assert [len(t) for t in tasks[1:]] == [10] * 10  # 10 x (1,000 + 1,000) = 20,000 bytes each
+    assert all(t == sorted(t, key=lambda sp: sp.source) for t in tasks)
+    assert sorted(sp.source for t in tasks for sp in t) == sorted(["big"] + [sp.source for sp in small])
+
+    class F:
+        size = 1_000
+    assert split_size([F()] * 10_000, parallelism=2, max_split_bytes=128 << 20, open_cost=4 << 20) == 128 << 20
+
+
+def test_many_small_files_are_few_tasks_and_shards_with_every_row(spark, tmp_path):
+    """400 files of 5 rows: a handful of read tasks (and so of ``--shards input`` shards), not 400;
+    every row is in the output, and each reject keeps its own file and line."""
+    rows = corpus_rows(2000)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(400):
+        write_corpus_csv(inp / f"part-{i:04d}.csv", rows[5 * i:5 * i + 5],
+                         extra_lines=("bad,1,x,,1;2",) if i == 123 else ())
+    old = spark.conf.get("spark.sql.files.openCostInBytes", None)
+    spark.conf.set("spark.sql.files.openCostInBytes", str(20_000))
+    try:
+        out, manifest = _convert(spark, tmp_path, str(inp), shards="input", max_reject_fraction=1.0)
+    finally:
+        spark.conf.set("spark.sql.files.openCostInBytes", old) if old else spark.conf.unset("spark.sql.files.openCostInBytes")
+    # 400 x (~200 bytes + 20,000) over 2 cores: tasks of ~4 MB, ~200 files each
+    assert 2 <= manifest["job"]["num_shards"] <= 4
+    assert manifest["totals"] == {"input_rows": 2001, "records": 2000, "rejected": 1}
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+    [reject] = rejects_of(str(out))
+    assert reject["source"].endswith("part-0123.csv") and reject["line"] == 7 and reject["raw"] == "bad,1,x,,1;2"
+
+
 def test_sequence_writer_splits_long_groups_across_batches():
     """The write stage's grouping alone (no Spark): groups spanning Arrow batches, max_steps pieces,
     a list-valued context feature that disagrees, a null group key."""

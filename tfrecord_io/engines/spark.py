@@ -97,9 +97,12 @@ The functions shipped to executors are instances of module-level classes (:class
 :class:`WriteStage`), picklable with plain ``pickle`` as well as cloudpickle; executors
 must be able to import ``tfrecord_io`` (ship it with ``--py-files``; see :func:`package_zip`).
 
-Read tasks: Spark's split size, ``min(spark.sql.files.maxPartitionBytes, max(openCostInBytes,
-input bytes / default parallelism))``; a compressed file (it cannot be split) or ``multiline``
-input is one task per file.
+Read tasks are sized and packed as Spark packs file splits (``FilePartition``): the split size is
+``min(spark.sql.files.maxPartitionBytes, max(openCostInBytes, (input bytes + files x openCostInBytes)
+/ default parallelism))``; a compressed file (it cannot be split) or ``multiline`` input is one split
+per file; splits, largest first, fill tasks of up to the split size, each costing its bytes plus
+``openCostInBytes``.  So 10,000 small files are a few hundred tasks, not 10,000 (and, with
+``--shards input``, as many shards).
 """
 
 from __future__ import annotations
@@ -277,12 +280,16 @@ class _Split:
     whole: bool  # the whole file, read (and decompressed) by open_input; else a line range
 
 
-def _plan_splits(files: list, *, splittable: bool, parallelism: int, max_split_bytes: int,
-                 open_cost: int) -> list[_Split]:
-    """Read tasks, sized as Spark sizes file splits: ``min(maxPartitionBytes, max(openCostInBytes,
-    bytes / cores))``.  Compressed files and ``multiline`` input are read whole, one task per file."""
-    total = sum(f.size for f in files)
-    size = max(1, min(max_split_bytes, max(open_cost, -(-total // max(1, parallelism)))))
+def split_size(files: list, *, parallelism: int, max_split_bytes: int, open_cost: int) -> int:
+    """Spark's ``maxSplitBytes``: ``min(maxPartitionBytes, max(openCostInBytes, (bytes + files x
+    openCostInBytes) / parallelism))``."""
+    total = sum(f.size for f in files) + len(files) * open_cost
+    return max(1, min(max_split_bytes, max(open_cost, -(-total // max(1, parallelism)))))
+
+
+def _plan_splits(files: list, *, splittable: bool, size: int) -> list[_Split]:
+    """The read splits of ``files``, of at most ``size`` bytes (:func:`split_size`).  Compressed files
+    and ``multiline`` input are read whole, one split per file."""
     splits = []
     for f in files:
         if not splittable or inputs.compression_of(f.path) != "none" or f.size <= size:
@@ -291,6 +298,25 @@ def _plan_splits(files: list, *, splittable: bool, parallelism: int, max_split_b
         for start in range(0, f.size, size):
             splits.append(_Split(f.path, start, min(f.size, start + size), False))
     return splits
+
+
+def _pack_splits(splits: list[_Split], *, max_split_bytes: int, open_cost: int) -> list[list[_Split]]:
+    """Read tasks: the splits, largest first, packed into tasks of up to ``max_split_bytes``, each
+    split costing its bytes + ``open_cost`` (Spark's ``FilePartition.getFilePartitions``); each
+    task reads its splits in input order."""
+    tasks: list[list[_Split]] = []
+    current: list[_Split] = []
+    used = 0
+    for sp in sorted(splits, key=lambda sp: sp.end - sp.start, reverse=True):
+        length = sp.end - sp.start
+        if current and used + length > max_split_bytes:
+            tasks.append(current)
+            current, used = [], 0
+        current.append(sp)
+        used += length + open_cost
+    if current:
+        tasks.append(current)
+    return [sorted(task, key=lambda sp: (sp.source, sp.start)) for task in tasks]  # input order within a task
 
 
 def _conf_bytes(value) -> int:
@@ -361,10 +387,25 @@ class ReadStage:
         return parsing.input_schema(self.schema)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # A task of many small files parses many small batches: they leave the task merged, up to
+        # COALESCE_ROWS rows or block_size bytes, so that what follows (the JVM's Arrow reader, the
+        # write stage's encoder) pays its per-batch cost per thousands of rows, not per file.
+        held: list[pa.RecordBatch] = []
+        rows = size = 0
         for batch in batches:
             d = batch.to_pydict()
             for source, start, end, whole in zip(d["source"], d["start"], d["end"], d["whole"]):
-                yield from self._read(_Split(source, int(start), int(end), bool(whole)))
+                for out in self._read(_Split(source, int(start), int(end), bool(whole))):
+                    if out.num_rows >= COALESCE_ROWS and not held:
+                        yield out
+                        continue
+                    held.append(out)
+                    rows, size = rows + out.num_rows, size + out.nbytes
+                    if rows >= COALESCE_ROWS or size >= self.block_size:
+                        yield _merged(held)
+                        held, rows, size = [], 0, 0
+        if held:
+            yield _merged(held)
 
     def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
         s = self.schema
@@ -413,24 +454,37 @@ class ReadStage:
         return pa.RecordBatch.from_arrays(cols, names=_read_names(self.schema))
 
 
+COALESCE_ROWS = 8192
+
+
+def _merged(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 def _read_names(schema: Schema) -> list[str]:
     """The read stage's columns: the input features, then the internal ones."""
     return [f.name for f in schema.input_features] + [SOURCE, START, LINE, RAW, REASON]
 
 
 def _read_stage(spark, plan: Plan):
-    """(a DataFrame of the read splits, one per partition; the ReadStage over it; the splits; the
-    line-count accumulator)."""
+    """(a DataFrame of the read splits, a task's splits per partition; the ReadStage over it; the
+    splits; the line-count accumulator; the number of read tasks)."""
     sc, conf, opts = spark.sparkContext, spark.conf, plan.options
-    splits = _plan_splits(list(plan.inputs), splittable=not opts.multiline, parallelism=sc.defaultParallelism,
-                          max_split_bytes=_conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
-                          open_cost=_conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")))
+    max_split = _conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    open_cost = _conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
+    size = split_size(list(plan.inputs), parallelism=sc.defaultParallelism, max_split_bytes=max_split,
+                      open_cost=open_cost)
+    splits = _plan_splits(list(plan.inputs), splittable=not opts.multiline, size=size)
+    tasks = _pack_splits(splits, max_split_bytes=size, open_cost=open_cost) or [[]]
     counts = _line_counts(sc)
-    rows = [(sp.source, sp.start, sp.end, sp.whole) for sp in splits]
-    df = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))),
-                               "source string, start bigint, end bigint, whole boolean")
+    # One element (a task's splits) per slice: partition i reads exactly tasks[i].
+    rows = sc.parallelize([[(sp.source, sp.start, sp.end, sp.whole) for sp in task] for task in tasks],
+                          len(tasks)).flatMap(lambda task: task)
+    df = spark.createDataFrame(rows, "source string, start bigint, end bigint, whole boolean")
     stage = ReadStage(plan.schema, opts.input_format, opts.multiline, dict(plan.headers), counts, opts.block_size)
-    return df, stage, splits, counts
+    return df, stage, splits, counts, len(tasks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,14 +497,14 @@ def _stages(spark, plan: Plan, faults=None):
     from pyspark.sql import functions as F
 
     opts, schema = plan.options, plan.schema
-    df, read, splits, counts = _read_stage(spark, plan)
+    df, read, splits, counts, tasks = _read_stage(spark, plan)
 
     def write_stage(num_shards: int) -> WriteStage:
         return WriteStage(output=opts.output, job_id=plan.job_id, num_shards=num_shards, compression=opts.compression,
                           schema=schema, max_steps=opts.max_steps, faults=faults, splits=plan.splits)
 
     if opts.shards == "input":
-        return df, splits, counts, ReadAndWrite(read, write_stage(len(splits))), len(splits)
+        return df, splits, counts, ReadAndWrite(read, write_stage(tasks)), tasks
     prepared = df.mapInArrow(read, _read_schema(schema))
     num_shards = plan.num_shards
     if schema.record_type == "example":
