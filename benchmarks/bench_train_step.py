@@ -18,6 +18,9 @@ at most 1.05x).  On a CPU-only machine the loader and the model share the same c
 ratio there says how much CPU the loader takes from training, not whether it can feed a GPU.
 
     .venv/bin/python benchmarks/bench_train_step.py [--rows 200000] [--batch-size 1024] [--source URI]
+
+``--source hdfs://nn:8020/tfrecords/taxi`` reads an output on HDFS (through the loader's shard
+cache, as training would); ``tfrecord-io demo --hdfs`` or ``make_demo_output(uri)`` writes one.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or per_epoch - args.warmup
     if steps < 1 or args.warmup + steps > per_epoch:
         ap.error(f"--warmup {args.warmup} + --steps {steps} must fit in one epoch of {per_epoch} full batches")
-    print(f"bench_train_step: {source}, batch {args.batch_size}, {args.warmup} warm-up + {steps} timed steps; "
+    via = " (hdfs:// through the loader's shard cache)" if source.startswith("hdfs://") else ""
+    print(f"bench_train_step: {source}{via}, batch {args.batch_size}, {args.warmup} warm-up + {steps} timed steps; "
           f"device {device}; {os.cpu_count()} CPUs; TF {tf.__version__}, Python {platform.python_version()}",
           flush=True)
 

@@ -217,7 +217,7 @@ def test_empty_stream_is_zero_records(compression, tmp_path):
     path.write_bytes(b"")
     assert list(read_records(path, compression=compression)) == []
     assert tf_read(path, compression) == []  # TensorFlow agrees
-    with TFRecordWriter(tmp_path / "w", compression=compression) as w:
+    with TFRecordWriter(tmp_path / "w", compression=compression):
         pass
     assert list(read_records(tmp_path / "w", compression=compression)) == []
     assert tf_read(tmp_path / "w", compression) == []

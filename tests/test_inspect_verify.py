@@ -29,6 +29,7 @@ from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.storage.sources import sniff_compression
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.commands.verify import verify_source
+from tfrecord_io.storage.index import encode_lengths
 
 EXE = Path(sys.executable).parent / "tfrecord-io"
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -529,6 +530,7 @@ def test_verify_sequence_examples_against_manifest(tmp_path):
     manifest = json.loads((Path(base) / "_manifest.json").read_text())
     manifest["files"][0].update(records=2, bytes=path.stat().st_size)
     manifest["totals"].update(input_rows=2, records=2)
+    manifest["index"]["lengths"][path.name] = encode_lengths([len(m.SerializeToString()) for m in msgs])
     (Path(base) / "_manifest.json").write_text(json.dumps(manifest))
     result = verify_source(resolve_source(base))
     assert result.problem_count == 1

@@ -21,6 +21,7 @@ import pytest
 
 from helpers import convert
 from tfrecord_io.storage import fs
+from tfrecord_io.storage.index import decode_lengths
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "contract"
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -43,6 +44,14 @@ def assert_like_golden(got: dict, want: dict, *, engine: str, out: Path) -> None
             assert all(list(f) == ["path", "records", "bytes"] for f in got[key])
             assert sum(f["records"] for f in got[key]) == got["totals"]["records"]
             assert all(f["bytes"] == (out / f["path"]).stat().st_size for f in got[key])
+        elif key == "index":  # which record lands in which shard is the engine's; the lengths are the records'
+            assert got[key]["version"] == value["version"] and list(got[key]["lengths"]) == list(value["lengths"])
+            lengths = {name: decode_lengths(text, name) for name, text in got[key]["lengths"].items()}
+            for f in got["files"]:
+                n = lengths[f["path"]]
+                assert len(n) == f["records"] and int(n.sum()) + 16 * len(n) == f["bytes"], f["path"]
+            assert sorted(int(x) for n in lengths.values() for x in n) == sorted(
+                int(x) for name, text in value["lengths"].items() for x in decode_lengths(text, name))
         elif key == "rejects":
             assert [list(r) for r in got[key]] == [list(r) for r in value]
             assert all(re.fullmatch(r"_rejects/part-\d{5}\.jsonl", r["path"]) for r in got[key])

@@ -28,6 +28,7 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.engines.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.storage.index import build_index
 from tfrecord_io.storage.schema_io import load_schema
 from helpers import TF_COMPRESSION
 
@@ -329,36 +330,44 @@ def test_seed_makes_order_reproducible_and_epochs_differ(tmp_path):
     assert plain[:128] == list(range(100)) + list(range(100, 128))
 
 
+def read_pipelines(fn, pipelines: int, replicas: int) -> list[list]:
+    """Every batch of each of ``pipelines`` input pipelines of ``fn`` (an input_fn), pipeline by pipeline."""
+    return [list(fn(tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=p,
+                                               num_replicas_in_sync=replicas))) for p in range(pipelines)]
+
+
 @pytest.mark.parametrize("pipelines", [1, 2, 3])
-def test_input_context_shards_files_exactly_once(tmp_path, pipelines):
+def test_input_context_gives_every_pipeline_an_equal_share(tmp_path, pipelines):
+    """Uneven shards (issue #21 item 3): each pipeline yields the same number of full batches, the
+    pipelines together read every record once but a remainder smaller than one global batch, each
+    reads only its own records, and steps_per_epoch agrees."""
     out = str(tmp_path / "out")
-    sizes = [(k * 20, 20 + k) for k in range(7)]
-    sizes = [(sum(n for _, n in sizes[:k]), n) for k, (_, n) in enumerate(sizes)]
-    write_output(out, sizes)
-    total = sum(n for _, n in sizes)
-    file_of = {i: k for k, (start, n) in enumerate(sizes) for i in range(start, start + n)}
-    replicas = 2 * pipelines
-    fn = input_fn(out, batch_size=4 * replicas, seed=1)
-    seen: Counter = Counter()
-    files_per_pipeline = []
-    for p in range(pipelines):
-        ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=p,
-                                         num_replicas_in_sync=replicas)
-        batches = list(fn(ctx))
-        got = unbatch(batches)
-        assert max(int(f["id"].shape[0]) for f, _ in batches) == 4, "per-replica batch size"
-        seen.update(i for i, _ in got)
-        files_per_pipeline.append({file_of[i] for i, _ in got})
-        assert {file_of[i] for i, _ in got} == set(range(p, 7, pipelines))
-        assert all(values == expected(i) for i, values in got)
-    assert sorted(seen) == list(range(total)) and set(seen.values()) == {1}
-    for a in range(pipelines):
-        for b in range(a + 1, pipelines):
-            assert not files_per_pipeline[a] & files_per_pipeline[b]
-    assert fn.loader_stats.files_read == 7
+    sizes = [5, 61, 3, 40, 0, 77, 14]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    write_output(out, list(zip(starts, sizes)))
+    total, replicas = sum(sizes), 2 * pipelines
+    global_batch = 4 * replicas
+    stats = LoaderStats()
+    fn = input_fn(out, batch_size=global_batch, seed=1, stats=stats)
+    per_pipeline = read_pipelines(fn, pipelines, replicas)
+    steps = total // global_batch
     ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=0, num_replicas_in_sync=replicas)
-    expected_steps = min(sum(n for _, n in sizes[p::pipelines]) // (4 * 2) for p in range(pipelines))
-    assert steps_per_epoch(out, 4 * replicas, ctx) == expected_steps
+    assert steps_per_epoch(out, global_batch, ctx) == steps
+    seen: Counter = Counter()
+    for batches in per_pipeline:
+        assert len(batches) == steps * 2, "every pipeline: the same batches, two replicas' worth per step"
+        assert {int(f["id"].shape[0]) for f, _ in batches} == {4}, "full per-replica batches"
+        got = unbatch(batches)
+        assert all(values == expected(i) for i, values in got)
+        seen.update(i for i, _ in got)
+    assert set(seen.values()) == {1} and len(seen) == steps * global_batch > total - global_batch
+    assert stats.records_read == len(seen), "no pipeline reads records that are not its own"
+    # remainder="pad": one step more, every record at least once, fewer than a global batch twice.
+    padded = read_pipelines(input_fn(out, batch_size=global_batch, seed=1, remainder="pad"), pipelines, replicas)
+    assert {len(b) for b in padded} == {2 * math.ceil(total / global_batch)}
+    again = Counter(i for batches in padded for i, _ in unbatch(batches))
+    assert sorted(again) == list(range(total)) and sum(again.values()) - total < global_batch
+    assert steps_per_epoch(out, global_batch, ctx, remainder="pad") == math.ceil(total / global_batch)
 
 
 def test_input_fn_with_a_real_strategy(tmp_path):
@@ -372,21 +381,23 @@ def test_input_fn_with_a_real_strategy(tmp_path):
         input_fn(out, batch_size=6, bogus=1)
 
 
-def test_fewer_files_than_pipelines_shard_records_instead(tmp_path, caplog):
-    """One shard, three input pipelines (issue #15 item 4): each pipeline keeps every third record,
-    every record is read exactly once, and steps_per_epoch matches."""
+def test_fewer_files_than_pipelines_each_reads_its_own_byte_range(tmp_path):
+    """One shard, three input pipelines: each reads its own third of the file (from the offset its
+    index gives), not the whole file; with an index made by `tfrecord-io index` for a file TF wrote too."""
     out = str(tmp_path / "out")
     write_output(out, [(0, 100)])
-    fn = input_fn(out, batch_size=6, seed=None)
-    seen: Counter = Counter()
-    with caplog.at_level(logging.WARNING, logger="tfrecord_io.engines.tfdata"):
-        for p in range(3):
-            got = unbatch(list(fn(tf.distribute.InputContext(3, p, 3))))
-            assert len(got) == (100 - p + 2) // 3
-            seen.update(i for i, _ in got)
-    assert sorted(seen) == list(range(100)) and set(seen.values()) == {1}
-    assert "1 file(s) for 3 input pipelines" in caplog.text
-    assert steps_per_epoch(out, 6, tf.distribute.InputContext(3, 0, 3)) == 33 // 2
+    (tmp_path / "tf").mkdir()
+    tf_written = write_tf(str(tmp_path / "tf" / "one.tfrecord"), records(0, 100))
+    build_index(tf_written, "none")
+    for source, schema in ((out, None), (tf_written, SCHEMA)):
+        stats = LoaderStats()
+        fn = input_fn(source, schema=schema, batch_size=6, stats=stats)
+        per_pipeline = read_pipelines(fn, 3, 3)
+        assert [len(b) for b in per_pipeline] == [16, 16, 16]
+        ids = [[i for i, _ in unbatch(b)] for b in per_pipeline]
+        assert [sorted(i) for i in ids] == [list(range(p * 32, p * 32 + 32)) for p in range(3)]
+        assert stats.records_read == 96
+    assert steps_per_epoch(out, 6, tf.distribute.InputContext(3, 0, 3)) == 16
 
 
 def test_features_subset_fits_a_keras_model_with_named_inputs(tmp_path):
@@ -634,31 +645,39 @@ def test_hdfs_files_written_by_tensorflow_and_epochs(hdfs, tmp_path):
     assert again == [i for b in batches for i, _ in b], "same seed, same order through the cache"
 
 
-def test_hdfs_input_context_sharding(hdfs):
+def test_hdfs_input_context_equal_shares(hdfs, tmp_path):
+    """Uneven shards on HDFS, two pipelines: the same batches each, disjoint, together all records but
+    the remainder -- each pipeline downloading only the shards its share touches."""
     out = hdfs.uri("/tfdata/sharded")
-    write_output(out, [(k * 25, 25) for k in range(5)])
-    fn = input_fn(out, batch_size=10, shuffle=False)
-    seen = Counter()
-    for p in range(2):
-        got = unbatch(fn(tf.distribute.InputContext(2, p, 2)))
-        seen.update(i for i, _ in got)
-        assert {i // 25 for i, _ in got} == set(range(p, 5, 2))
-    assert sorted(seen) == list(range(125)) and set(seen.values()) == {1}
+    write_output(out, [(0, 10), (10, 52), (62, 3), (65, 40), (105, 20)])
+    stats = LoaderStats()
+    fn = input_fn(out, batch_size=10, shuffle=False, stats=stats, cache_dir=str(tmp_path / "c"))
+    per_pipeline = read_pipelines(fn, 2, 2)
+    ids = [[i for i, _ in unbatch(b)] for b in per_pipeline]
+    assert [len(b) for b in per_pipeline] == [12, 12] and ids[0] + ids[1] == list(range(120))
+    assert stats.records_read == 120
+    assert sum(c.downloaded_files for c in stats.caches) == 6  # the third shard is in both shares
 
 
-def test_hdfs_early_stop_leaves_no_shards(hdfs, tmp_path):
+def test_hdfs_early_stop_stays_bounded_and_leaves_nothing_once_the_dataset_is_gone(hdfs, tmp_path):
+    """tf.data tells Python nothing when it drops an iterator mid-epoch (and a checkpointable pipeline
+    has no generator to close), so the shards it staged stay, within the bound, until a later pass
+    needs their room or the dataset is garbage collected."""
     out = hdfs.uri("/tfdata/early")
     write_output(out, [(k * 30_000, 30_000) for k in range(4)])  # more than tf.data buffers ahead
     cache_dir = tmp_path / "cache"
-    ds = make_dataset(out, batch_size=10, shuffle=False, cache_dir=str(cache_dir))
+    ds = make_dataset(out, batch_size=10, shuffle=False, cache_dir=str(cache_dir), cache_files=3)
     it = iter(ds)
     for _ in range(3):
         next(it)
     assert _cache_files(cache_dir), "shards are staged while reading"
     del it
     gc.collect()
-    assert _cache_files(cache_dir) == []
-    assert len(list(ds.take(2))) == 2
+    assert len(_cache_files(cache_dir)) <= 3
+    assert [int(f["id"][0]) for f, _ in ds.take(2)] == [0, 10]
+    cache = ds.loader_stats.cache
+    assert cache.max_files_on_disk <= 3 and cache.over_bound == 0 and cache.evicted >= 1
+    del ds, cache
     gc.collect()
     assert _cache_files(cache_dir) == []
 
@@ -676,6 +695,8 @@ def test_hdfs_corrupt_file_names_the_hdfs_uri_and_skip_counts(hdfs, tmp_path):
     ds = make_dataset(pattern, schema=SCHEMA, batch_size=16, on_corrupt="skip", cache_dir=str(tmp_path / "c2"))
     assert sorted(i for i, _ in unbatch(ds)) == list(range(110))
     assert ds.loader_stats.corrupt_files == 1 and ds.loader_stats.skipped[0].uri == bad
+    del ds
+    gc.collect()
     assert _cache_files(tmp_path / "c1") == [] and _cache_files(tmp_path / "c2") == []
 
 
@@ -735,3 +756,29 @@ def test_a_sometimes_missing_feature_without_default_is_refused_at_once(spark, t
             make_dataset(out, batch_size=2)
         got = [int(x) for b in make_dataset(out, batch_size=2, features=["id"], shuffle=False) for x in b["id"]]
         assert sorted(got) == [1, 2, 3]
+
+
+def test_global_shuffle_is_a_seeded_permutation_of_every_record_each_epoch(tmp_path):
+    """shuffle="global": each epoch holds every record once, in an order that mixes all shards from
+    the first batch on (a window shuffle over file order cannot), differs between epochs, and is
+    the same again for the same seed; a gzip output is refused naming the fix."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 300), (600, 300)])
+
+    def epochs(seed):
+        ids = np.concatenate([b[0]["id"].numpy() for b in make_dataset(
+            out, batch_size=50, shuffle="global", seed=seed, num_epochs=2, prefetch_to_device=False)])
+        return ids[:900], ids[900:]
+
+    first, second = epochs(3)
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(900))
+    assert not np.array_equal(first, second)
+    assert {int(i) // 300 for i in first[:50]} == {0, 1, 2}, "the first batch comes from one shard"
+    again = epochs(3)
+    assert np.array_equal(first, again[0]) and np.array_equal(second, again[1])
+    assert not np.array_equal(first, epochs(4)[0])
+
+    gz = str(tmp_path / "gz")
+    write_output(gz, [(0, 10)], compression="gzip")
+    with pytest.raises(ValueError, match="global"):
+        make_dataset(gz, batch_size=5, shuffle="global", seed=1)

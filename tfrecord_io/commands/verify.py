@@ -6,6 +6,9 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
   framing error the rest of that file cannot be trusted (a bad length says nothing about
   where the next record starts), so the first framing problem of a file is reported and
   its remaining records are not read;
+* record indexes (in the manifest of our converters' outputs, or ``_index/<file>.idx`` from
+  ``tfrecord-io index``): each one is intact and is its file's -- size, compression, and every
+  record's length against a second, streamed walk of the file's headers;
 * the manifest (directories written by our converters): every listed file exists and has
   the listed size and record count, the totals add up (``records`` is the sum over files;
   ``input_rows`` = converted rows + ``rejected``), the listed rejects files hold the listed
@@ -18,6 +21,11 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
   features are present; sequence features check each step the same way.  Features the
   schema does not name are allowed (see docs/wire-contract.md).  Without a manifest or
   ``--schema`` only the framing is checked.
+
+Records are checked against the schema a chunk at a time by the vectorized decoder
+(:func:`tfrecord_io.core.arrow_decode.scan_batch`); only the records it finds a problem in, or
+cannot take, are decoded one by one (``decode_record``, :func:`check_record`), which gives each
+problem its detail: the result is that of a record-by-record check.
 
 Also reported, as warnings that do not fail the run: records missing a scalar or ``[k]``
 feature that has no default (the schema's parse spec cannot parse them).
@@ -34,7 +42,11 @@ import json
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+
+import numpy as np
+
 from tfrecord_io.storage import fs
+from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.framing import CorruptRecordError
 from tfrecord_io.commands import exits
@@ -53,7 +65,7 @@ class Problem:
     """One failed check: ``file`` (relative name; None for the source as a whole), ``offset``
     (byte offset of the record in the uncompressed stream; None for file-level checks)."""
 
-    check: str  # "framing" | "manifest" | "schema"
+    check: str  # "framing" | "manifest" | "schema" | "index"
     message: str
     file: str | None = None
     offset: int | None = None
@@ -184,27 +196,125 @@ def check_record(record, schema) -> tuple[list[tuple[str, str]], list[str]]:
 # ---------------------------------------------------------------------------------------
 # Per file (runs in worker processes)
 # ---------------------------------------------------------------------------------------
+_CHUNK_RECORDS = 4096  # records checked at once by the vectorized decoder
+_CHUNK_BYTES = 4 << 20  # ... or this many record bytes, whichever comes first
+
+
 def _verify_file(file: SourceFile, schema, report) -> FileCheck:
     out = FileCheck()
+    chunk: list[bytes] = []
+    offsets: list[int] = []
+    size = 0
     try:
         for offset, data in iter_file_records(file, verify=True, report=report):
             out.records += 1
             if schema is None:
                 continue
-            try:
-                record = decode_record(data)
-            except RecordDecodeError as e:
-                out.add(Problem("schema", str(e), file.name, offset), "not a valid Example/SequenceExample")
-                continue
-            problems, warnings = check_record(record, schema)
-            for reason, message in problems:
-                out.add(Problem("schema", message, file.name, offset), reason)
-            for w in warnings:
-                out.warnings[w] += 1
+            chunk.append(data)
+            offsets.append(offset)
+            size += len(data)
+            if len(chunk) >= _CHUNK_RECORDS or size >= _CHUNK_BYTES:
+                _check_chunk(out, file, schema, chunk, offsets)
+                chunk, offsets, size = [], [], 0
     except CorruptRecordError as e:
+        _check_chunk(out, file, schema, chunk, offsets)  # the intact records before it, in order
         out.framing_ok = False
         out.add(Problem("framing", f"{e.check}: {e.detail}", file.name, e.offset), f"framing: {e.check}")
+        return out
+    _check_chunk(out, file, schema, chunk, offsets)
     return out
+
+
+def _check_chunk(out: FileCheck, file: SourceFile, schema, chunk: list[bytes], offsets: list[int]) -> None:
+    """Check a chunk of records against the schema: vectorized for all of them (:func:`_suspects`),
+    then one by one with :func:`check_record` for those that may have a problem, so that each
+    problem is reported with its record's detail exactly as a record-by-record check would."""
+    if not chunk:
+        return
+    scan = scan_batch(chunk)
+    suspects, warned = _suspects(scan, schema)
+    for warning, n in warned.items():
+        out.warnings[warning] += n
+    for i in np.flatnonzero(suspects).tolist():
+        try:
+            record = decode_record(chunk[i])
+        except RecordDecodeError as e:
+            out.add(Problem("schema", str(e), file.name, offsets[i]), "not a valid Example/SequenceExample")
+            continue
+        problems, warnings = check_record(record, schema)
+        for reason, message in problems:
+            out.add(Problem("schema", message, file.name, offsets[i]), reason)
+        for w in warnings:
+            out.warnings[w] += 1
+
+
+def _suspects(scan, schema) -> tuple[np.ndarray, Counter]:
+    """The records of a scanned chunk that :func:`check_record` would find a problem in (and those
+    the vectorized decoder left to ``decode_record``), and the warnings of all the others."""
+    suspect = scan.odd.copy()
+    sequence = schema.record_type == "sequence_example"
+    if not sequence:
+        suspect |= scan.has_lists
+    missing: list[tuple[str, np.ndarray]] = []
+    label = "context feature" if sequence else "feature"
+    for f in (schema.context if sequence else schema.features):
+        sf = scan.features.get(f.name)
+        present = np.zeros(scan.n, dtype=bool)
+        if sf is not None:
+            present[sf.records] = True
+            suspect[sf.records[_bad_slots(f, sf.values)]] = True
+        if f.required:
+            suspect |= ~present
+        elif f.default is None and not f.is_varlen:
+            missing.append((f"{label} {f.name!r}: missing and has no default (parsing fails)", ~present))
+    if sequence:
+        for f in schema.sequence:
+            sl = scan.feature_lists.get(f.name)
+            present = np.zeros(scan.n, dtype=bool)
+            if sl is not None:
+                present[sl.records] = True
+                bad_steps = _bad_slots(f, sl.values)
+                if bad_steps.any():
+                    lists = np.repeat(np.arange(len(sl.records)), sl.steps)[bad_steps]
+                    suspect[sl.records[lists]] = True
+            if f.required:
+                suspect |= ~present
+    warned = Counter({w: int(np.count_nonzero(where & ~suspect)) for w, where in missing})
+    return suspect, +warned
+
+
+def _bad_slots(f, values) -> np.ndarray:
+    """The slots (records, or steps) whose value breaks the feature's rules (:func:`_check_values`)."""
+    kind = {"int64_list": KIND_INT64, "float_list": KIND_FLOAT, "bytes_list": KIND_BYTES}[f.kind]
+    bad = values.kind != kind
+    k = f.fixed_length if f.is_list else 1
+    if k is not None:
+        bad |= values.counts != k
+    if f.type == "string" and len(values.data) and not _all_utf8(values.data):
+        not_utf8 = np.array([not _is_utf8(v) for v in values.data.to_pylist()], dtype=np.int64)
+        seen = np.concatenate([[0], np.cumsum(not_utf8)])  # values not UTF-8 before each value
+        offsets = values.value_offsets(KIND_BYTES)
+        bad |= seen[offsets[1:]] > seen[offsets[:-1]]
+    return bad
+
+
+def _all_utf8(data) -> bool:
+    """Whether every value of a binary array is UTF-8 (Arrow checks them all at once)."""
+    import pyarrow as pa
+
+    try:
+        data.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _is_utf8(v: bytes) -> bool:
+    try:
+        v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -255,6 +365,71 @@ def _manifest_problems(source: Source) -> list[Problem]:
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# Record indexes (tfrecord_io.storage.index): each one against its file
+# ---------------------------------------------------------------------------------------
+def _check_index(file: SourceFile, context: dict, report) -> list[Problem] | None:
+    """The problems of ``file``'s record index (None: it has none) -- the one its manifest holds
+    (``context``: per file URI, the manifest's encoded lengths and its URI), else its
+    ``_index/<name>.idx``: the index itself, then every record's length against one streamed walk
+    of the file's headers, its record count, size and compression.  A file whose framing is
+    damaged is left to the framing check (runs in workers)."""
+    from tfrecord_io.core.framing import iter_record_lengths
+    from tfrecord_io.storage.index import RecordIndex, decode_lengths, index_uri, read_index
+
+    embedded = context.get(file.uri)
+    try:
+        if embedded is not None:
+            text, where = embedded
+            # Its size is the manifest's (checked with the manifest): the walk below checks the rest.
+            index = RecordIndex(where, decode_lengths(text, where), -1, file.compression)
+        else:
+            index = read_index(index_uri(file.uri))
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        return [Problem("index", str(e), file.name)]
+    done, first_difference = 0, None
+    try:
+        with fs.open(file.uri, "rb") as f:
+            for lengths in iter_record_lengths(f, name=file.uri, compression=file.compression):
+                mine = index.lengths[done:done + lengths.size]
+                differ = np.flatnonzero(mine != lengths[:mine.size])
+                if first_difference is None and differ.size:
+                    k = done + int(differ[0])
+                    first_difference = Problem("index", f"record {k} has {int(lengths[k - done])} data bytes, its "
+                                                        f"index says {int(index.lengths[k])}", file.name,
+                                               int(index.offsets[k]))
+                done += lengths.size
+    except CorruptRecordError:
+        return []
+    if first_difference is not None:
+        return [first_difference]
+    if done != index.records:
+        return [Problem("index", f"the file holds {done} records, its index {index.records}", file.name)]
+    why = index.matches(file.size, file.compression) if index.file_bytes >= 0 else None
+    return [Problem("index", f"{index.uri} is not this file's index: {why}", file.name)] if why is not None else []
+
+
+def _index_problems(source: Source, files: list[SourceFile], workers: int | None,
+                    progress: bool | None) -> list[Problem]:
+    """Every index problem of ``files`` (files without an index have none)."""
+    embedded: dict = {}
+    if source.manifest is not None:
+        field_ = source.manifest.raw.get("index")
+        if field_ is not None and not (isinstance(field_, dict) and isinstance(field_.get("lengths"), dict)):
+            return [Problem("index", "the manifest's 'index' field is not a record index", MANIFEST)]
+        lengths = (field_ or {}).get("lengths") or {}
+        embedded = {f.uri: (lengths[f.name], f"{source.manifest.uri}#index/{f.name}")
+                    for f in files if f.name in lengths}
+        if field_ is not None and len(embedded) < len(files):
+            missing = sorted(f.name for f in files if f.name not in lengths)
+            return [Problem("index", f"the manifest's 'index' has no entry for {missing[0]}", missing[0])]
+    found = map_files(_check_index, files, context=embedded, workers=workers, label="indexes",
+                      progress=progress) if files else []
+    return [p for problems in found if problems for p in problems]
+
+
 def verify_source(source: Source, *, workers: int | None = None, progress: bool | None = None,
                   max_listed: int = DEFAULT_MAX_LISTED) -> VerifyResult:
     """Run every check on a resolved source (see the module doc)."""
@@ -296,6 +471,8 @@ def verify_source(source: Source, *, workers: int | None = None, progress: bool 
                         f.name), "record count differs from the manifest")
     for p in _manifest_problems(source):
         add(p, p.message if p.file != MANIFEST else "totals")
+    for p in _index_problems(source, present, workers, progress):
+        add(p, "record index does not match its file")
     checked = ["framing"]
     if source.manifest is not None:
         checked.append("manifest")
@@ -318,6 +495,8 @@ def render_text(r: VerifyResult) -> str:
     lines = [f"verify {r.source}",
              f"  files:    {r.files} ({r.bytes} bytes), {r.records} records read",
              f"  CRCs:     {state('framing')}"]
+    if r.by_check.get("index"):
+        lines.append(f"  indexes:  {state('index')} (each record index against its file)")
     if "manifest" in r.checked:
         lines.append(f"  manifest: {state('manifest')}")
     else:

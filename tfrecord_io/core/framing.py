@@ -62,6 +62,7 @@ __all__ = [
     "compression_from_path",
     "extension_for",
     "frame_records",
+    "iter_record_lengths",
     "iter_records",
     "masked_crc32c",
     "normalize_compression",
@@ -299,7 +300,8 @@ def _frame_arrow(arr: pa.Array, scratch: _Scratch) -> Iterator[Any]:
         # One C call per record, on a ``bytes`` object (google_crc32c accepts
         # nothing else); to_pylist makes those objects in C++.
         crcs = np.fromiter(map(_crc32c_value, chunk.to_pylist()), dtype=np.uint32, count=j - i)
-        yield _frame_chunk(np.diff(offsets[i:j + 1]), crcs, data[offsets[i]:offsets[j]], chunk, scratch)
+        lengths = np.diff(offsets[i:j + 1])
+        yield lengths, _frame_chunk(lengths, crcs, data[offsets[i]:offsets[j]], chunk, scratch)
 
 
 def _as_bytes_list(records: list) -> list[bytes]:
@@ -330,15 +332,16 @@ def _frame_sequence(records: list | tuple, scratch: _Scratch) -> Iterator[Any]:
         chunk = records[i:j]
         crcs = np.fromiter(map(_crc32c_value, chunk), dtype=np.uint32, count=j - i)
         payload = np.frombuffer(b"".join(chunk), dtype=np.uint8)
-        yield _frame_chunk(lengths[i:j], crcs, payload, None, scratch)
+        yield lengths[i:j], _frame_chunk(lengths[i:j], crcs, payload, None, scratch)
 
 
-def _prepare(records: Any) -> tuple[int, Iterator[Any]]:
-    """Validate ``records`` and return (count, iterator of framed buffers).
+def _prepare(records: Any) -> tuple[int, Iterator[tuple[np.ndarray, Any]]]:
+    """Validate ``records`` and return (count, iterator of (lengths, framed buffer) per chunk).
 
     Every check (types, nulls) happens here, before anything is framed, so a
     writer never writes part of a bad batch.  Each buffer the iterator yields
-    is valid only until the next one is requested.
+    is valid only until the next one is requested; ``lengths`` are the data
+    lengths of the chunk's records (int64), in order.
     """
     scratch = _Scratch()
     if isinstance(records, (pa.Array, pa.ChunkedArray)):
@@ -379,7 +382,7 @@ def frame_records(records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> byte
     """
     _, parts = _prepare(records)
     out = io.BytesIO()  # getvalue() hands over its buffer without a copy
-    for part in parts:
+    for _, part in parts:
         out.write(part)
     return out.getvalue()
 
@@ -471,10 +474,15 @@ class TFRecordWriter:
 
     ``records_written`` counts records; ``bytes_written`` counts bytes handed
     to the file, i.e. the compressed size when compressing.
+
+    ``index``: an object with ``add(lengths)``, handed the data length of every
+    record written (a numpy int64 array per framed chunk, in file order) -- what
+    a record index needs (:class:`tfrecord_io.storage.index.IndexWriter`): the
+    framing computes the lengths anyway, so recording them costs nothing.
     """
 
     def __init__(self, fileobj: BinaryIO | str | os.PathLike, compression: str | None = None,
-                 *, compression_level: int = 6):
+                 *, compression_level: int = 6, index: Any = None):
         self.compression = normalize_compression(compression)
         if isinstance(fileobj, (str, bytes, os.PathLike)):
             self.name = os.fsdecode(os.fspath(fileobj))
@@ -490,6 +498,8 @@ class TFRecordWriter:
         self.records_written = 0
         self.bytes_written = 0
         self.closed = False
+        self._index = index
+        self._pending_lengths: list[int] = []  # of single write()s, handed to the index in bulk
 
     # -- internals ---------------------------------------------------------
     def _write(self, data: Any) -> None:
@@ -532,15 +542,28 @@ class TFRecordWriter:
             self._emit(record)
             self._emit(footer)
         self.records_written += 1
+        if self._index is not None:
+            self._pending_lengths.append(len(record))
+            if len(self._pending_lengths) >= _CHUNK_RECORDS:
+                self._flush_lengths()
 
     def write_batch(self, records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> int:
         """Append many records (see :func:`frame_records`); returns how many."""
         self._check_open()
         count, parts = _prepare(records)  # validates everything before writing anything
-        for part in parts:  # chunk by chunk: no batch-sized temporary
+        if self._index is not None:
+            self._flush_lengths()
+        for lengths, part in parts:  # chunk by chunk: no batch-sized temporary
             self._emit(part)
+            if self._index is not None:
+                self._index.add(lengths)
         self.records_written += count
         return count
+
+    def _flush_lengths(self) -> None:
+        if self._pending_lengths:
+            self._index.add(np.array(self._pending_lengths, dtype=np.int64))
+            self._pending_lengths = []
 
     def flush(self) -> None:
         """Push everything written so far to the file (a sync flush when compressing)."""
@@ -559,6 +582,8 @@ class TFRecordWriter:
             return
         self.closed = True
         try:
+            if self._index is not None:
+                self._flush_lengths()
             if self._z is not None:
                 data = self._z.flush(zlib.Z_FINISH)
                 self._z = None
@@ -769,3 +794,95 @@ def read_records(fileobj: BinaryIO | str | os.PathLike, *, name: str | None = No
     """Yield the data of each record of a TFRecord stream (see :func:`iter_records`)."""
     compression = normalize_compression(compression)  # fail now, not at the first next()
     return _open_stream(fileobj, name, compression, verify, with_offsets=False)
+
+
+def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.ndarray]:
+    """The data lengths of the framed records in a stream of byte chunks, ``per`` at a time.
+
+    Only headers are looked at: the data of each record is passed over as the chunks go by,
+    never joined or kept, so memory is one chunk whatever the record sizes.
+    """
+    unpack_header = _HEADER.unpack_from
+    crc = _crc32c_value
+    delta = _MASK_DELTA
+    length_crcs: dict[int, int] = {}
+    it = iter(chunks)
+    buf, pos, base = b"", 0, 0  # the chunk, the parse position in it, its stream offset
+    lengths: list[int] = []
+    while True:
+        if len(buf) - pos < HEADER_SIZE:
+            base += pos
+            keep, buf = buf[pos:], b""  # let the old chunk go before the next one is read
+            buf, avail = _fill(it, keep, HEADER_SIZE)
+            pos = 0
+            if avail < HEADER_SIZE:
+                if avail:
+                    raise CorruptRecordError(name, base, "truncated header",
+                                             f"expected {HEADER_SIZE} header bytes, got {avail} before end of stream")
+                break
+        length, length_crc = unpack_header(buf, pos)
+        got = length_crcs.get(length)
+        if got is None:
+            c = crc(buf[pos:pos + 8])
+            got = (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF
+            if len(length_crcs) < 4096:
+                length_crcs[length] = got
+        if got != length_crc:
+            raise CorruptRecordError(
+                name, base + pos, "length CRC",
+                f"expected masked CRC 0x{length_crc:08x} (stored), got 0x{got:08x} (computed) "
+                f"for length field {length}")
+        lengths.append(length)
+        if len(lengths) == per:
+            yield np.array(lengths, dtype=np.int64)
+            lengths = []
+        start = base + pos
+        pos += HEADER_SIZE
+        skip = length + FOOTER_SIZE  # the data and its CRC, passed over
+        while skip > len(buf) - pos:
+            skip -= len(buf) - pos
+            base += len(buf)
+            buf = b""
+            buf, pos = next(it, b""), 0
+            if not buf:
+                seen = length + FOOTER_SIZE - skip
+                raise CorruptRecordError(name, start, "truncated data",
+                                         f"expected {length} data bytes and a {FOOTER_SIZE}-byte data CRC, "
+                                         f"got {seen} bytes before end of stream")
+        pos += skip
+    if lengths:
+        yield np.array(lengths, dtype=np.int64)
+
+
+def iter_record_lengths(fileobj: BinaryIO | str | os.PathLike, *, name: str | None = None,
+                        compression: str | None = None, per: int = 1 << 16) -> Iterator[np.ndarray]:
+    """Yield the data length of every record of a TFRecord stream, in int64 arrays of up to ``per``.
+
+    What an index of the file needs, in one streamed read: headers are parsed and each record's
+    data passed over without being kept, so memory stays at one read (1 MiB; plus one
+    decompressed chunk for gzip/zlib) however large the file or its records -- a multi-GB shard
+    or a multi-GB record.  Record ``i`` starts at ``sum(lengths[:i]) + 16 i`` in the
+    uncompressed stream.  Length CRCs are checked, data CRCs are not (that is
+    :func:`iter_records`' job); a bad length CRC or a truncated stream raises
+    :class:`CorruptRecordError`.  ``fileobj`` and ``name`` as for :func:`iter_records`.
+    """
+    compression = normalize_compression(compression)
+    if not isinstance(per, int) or per < 1:
+        raise ValueError(f"per must be a positive integer, got {per!r}")
+
+    def stream(f: Any, label: str) -> Iterator[np.ndarray]:
+        chunks = _raw_chunks(f, label)
+        if compression != "none":
+            chunks = _inflate(chunks, compression, label)
+        yield from _walk_lengths(chunks, label, per)
+
+    if isinstance(fileobj, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(fileobj))
+
+        def from_path() -> Iterator[np.ndarray]:
+            with open(path, "rb") as f:
+                yield from stream(f, name or path)
+
+        return from_path()
+    label = name if name is not None else getattr(fileobj, "name", None)
+    return stream(fileobj, label if isinstance(label, str) else "<stream>")

@@ -12,33 +12,93 @@ One call builds the whole input pipeline::
 ``source`` is one of
 
 * an output directory of our jobs: its ``_manifest.json`` gives the files, the schema, the
-  compression and the record counts.  A directory without ``_SUCCESS`` (a job still running,
-  or one that failed) is refused;
+  compression, the record counts and each shard's record index.  A directory without
+  ``_SUCCESS`` (a job still running, or one that failed) is refused;
 * a glob (``"/data/part-*.tfrecord.gz"``); names starting with ``_`` or ``.`` are left out;
 * a single file, or a list of files;
 
-on local disk, ``file://`` or ``hdfs://``.  Without a manifest, ``schema=`` is required.
+on local disk, ``file://`` or ``hdfs://``.  Without a manifest, ``schema=`` is required.  Files
+that others wrote get a record index from ``tfrecord-io index`` (:mod:`tfrecord_io.storage.index`);
+the loader uses one wherever it finds it.
 
 The pipeline, per input pipeline (``input_context``)::
 
-    files (this pipeline's share: files[id::num_pipelines])
-      -> shuffle files (each epoch, seeded)                       [shuffle=True]
-      -> parallel interleave over files (cycle_length files read in parallel, deterministic
-         option; through the HDFS shard cache, each file waits for its download first)
-             per file: TFRecordDataset (CRC-checked) -> chunks of 1024 records
-                       -> end-of-file check (corruption names the file and offset; skip mode)
-      -> shuffle records in windows of shuffle_buffer (seeded)     [shuffle=True]
-      -> batch (per-replica batch size) BEFORE parsing
+    epochs: (key, epoch) for each epoch of each iterator     key = seed, or drawn once per dataset
+      -> this pipeline's segments of the epoch               pure function of (key, epoch): the file
+         (file, first record, count), in file order          order (seeded permutation when
+                                                             shuffling); with an input_context an
+                                                             equal share of the records (below)
+      -> parallel interleave over segments (cycle_length files read at once; deterministic
+         option; through the HDFS shard cache, each waits for its shard's download first)
+             per segment: byte ranges, each checked before TensorFlow reads it (below)
+                          -> TFRecordDatasetV2 from the range's offset (CRC-checked), chunks of
+                             1024 records -> end-of-segment check (corruption names the file and
+                             offset; skip mode)
+      -> shuffle records in windows of shuffle_buffer (seeded by key, epoch, window) [shuffle=True]
+      -> batch (per-replica batch size) BEFORE parsing, per epoch: each epoch yields exactly
+         ceil(records / batch) batches
       -> tf.io.parse_example / parse_sequence_example (vectorized, parallel)
-      -> repeat(num_epochs)  (each epoch yields exactly ceil(records / batch) batches)
       -> prefetch, and prefetch_to_device('/gpu:0') when a GPU is present
+
+``shuffle="global"`` replaces everything before the batching: each epoch is a seeded
+permutation of all the records (``tf.random.experimental.index_shuffle`` over positions, so
+nothing of size N is held but the index), read record by record at the offsets the record
+indexes give (a py_function of ``pread``; CRCs checked).  Uncompressed files only (a gzip
+stream cannot be read from the middle); on ``hdfs://`` the files are first copied to local
+disk, whole (``cache_dir``): ranged HDFS reads of single records run at ~3,000 records/s.
+
+Checkpointing
+-------------
+Every iterator of ``make_dataset`` and of each ``input_fn`` pipeline can be saved with
+``tf.train.Checkpoint(iterator=it)`` and restored in a new process, where it yields exactly the
+batches the first one would have yielded next (with a ``seed``: the same order; without, the
+order drawn for this dataset is part of the checkpoint).  Everything that decides what is read
+is tf.data state -- the epochs are a ``Dataset.range``, file orders and shuffles stateless
+functions of (key, epoch, position), byte offsets scan state -- and the Python steps
+(``numpy_function`` / ``py_function``: the range checks, the end-of-segment checks, the shard
+cache's fetches) are pure functions of their inputs or keep their state outside the graph, so
+the dataset sets ``experimental_external_state_policy = IGNORE`` and a restored pipeline re-runs
+them (the shard cache downloads the shards the restored iterator asks for, from where it is).
+``prefetch_to_device`` (added only when TensorFlow sees a GPU) wraps the dataset in a
+multi-device iterator whose state tf.data cannot save: checkpoint the iterator of a dataset
+built with ``prefetch_to_device=False``.  Keras' own ``BackupAndRestore(save_freq=N)`` restarts
+an interrupted epoch from its first batch; :class:`tfrecord_io.engines.resume.BackupAndRestore`
+resumes it at the next batch (each dataset has a ``loader_resume`` it steers).
+
+Equal work per input pipeline
+-----------------------------
+With an ``input_context`` of N pipelines, each epoch's records (in the epoch's file order, or
+its global permutation) are cut into N equal runs of ``steps x replicas_per_pipeline x
+per-replica batch`` records, one per pipeline, with ``steps = records // global batch``
+(``remainder="drop"``: the last ``records % global batch`` records of the epoch's order are not
+read) or ``ceil(records / global batch)`` (``remainder="pad"``: the missing records are taken
+again from the start of the epoch's order).  Every pipeline yields the same number of full
+batches, every record is read once per epoch across them (but the remainder), and a pipeline
+reads only its own byte ranges: a file shared by two pipelines is entered at the offset its
+index gives (or, without one, at an offset found by walking its headers; compressed files are
+read from their start).  All pipelines must agree on the order, so without a ``seed`` they
+use seed 0.  :func:`steps_per_epoch` with the same ``input_context`` and ``remainder`` agrees.
+
+The length check
+----------------
+TensorFlow's reader allocates a record's length before reading it: a length field of 2**40
+with a valid length CRC (a crafted or mis-written file) kills the process (uncompressed files
+only: for gzip and zlib its reader grows the record as data comes and ends with "truncated
+record").  So TensorFlow never reads an uncompressed record whose length has not been checked
+against what remains of the file: each file is read in byte ranges (the first of 1,024 records,
+then growing to 65,536 records / 64 MiB), and a range is checked just before TensorFlow opens
+it -- with the file's index, its length fields against the index's lengths (vectorized);
+without, by walking its headers (once per file per process: later epochs reuse the ranges).
+The first batch waits for one range's check, not the file's.  A bad length is a
+:class:`~tfrecord_io.core.framing.CorruptRecordError` naming the file and the offset; with
+``on_corrupt="skip"`` TensorFlow reads the records before it.
 
 ``hdfs://`` on a TensorFlow without an HDFS filesystem (TF 2.21) goes through
 :class:`tfrecord_io.storage.shard_cache.ShardCache`: shards are copied ahead of the reader into a bounded
 local directory (at most ``cache_files`` shards on disk, default ``3 x cycle_length``) and
-deleted once read.  The parallel interleave (``cycle_length`` default 2) is given the pass's
-shard list at once; each of its workers waits for its shard's download as it starts reading
-it, so a late download holds up one file, not the pipeline.  The wait sits inside the element
+deleted once read.  The parallel interleave (``cycle_length`` default 2) is given the epoch's
+segments at once; each of its workers waits for its shard's download as it starts reading it,
+so a late download holds up one file, not the pipeline.  The wait sits inside the element
 (tf.data makes interleave elements one at a time, so a wait while making one would hold up the
 others), and the pipeline gets a private thread pool of CPUs + ``3 x cycle_length`` threads
 (tf.data's default has one per CPU, and a waiting worker would take one from the parsing).
@@ -64,15 +124,17 @@ Corrupt files
 -------------
 Every record's two CRCs are checked by ``TFRecordDataset`` as it reads.  Its own error
 ("corrupted record at 597") does not say which file, so each file's stream ends at its first
-bad record and an end-of-file check (record and byte counts against the file size or the
-manifest; our own framing reader only when those do not settle it) finds where and why:
+bad record and an end-of-segment check (record and byte counts against the file size, the
+segment or the manifest; our own framing reader only when those do not settle it) finds where
+and why:
 
 * ``on_corrupt="error"`` (default): iteration fails with an error whose message names the file
   and the byte offset of the bad record (``CorruptRecordError: hdfs://.../part-00003-of-00008
   .tfrecord: corrupt TFRecord at byte offset 585: data CRC: ...``).  TensorFlow raises it as
   ``tf.errors.UnknownError`` (an error raised in Python inside the pipeline).
 * ``on_corrupt="skip"``: the rest of that file is dropped (every record before the bad one is
-  kept), a warning is logged and ``dataset.loader_stats`` counts it.
+  kept), a warning is logged and ``dataset.loader_stats`` counts it.  With
+  ``shuffle="global"`` each bad record is dropped on its own.
 """
 
 from __future__ import annotations
@@ -80,25 +142,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import mmap
 import os
 import secrets
 import struct
 import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
+import google_crc32c
 import numpy as np
 
-from tfrecord_io.core.framing import (HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, frame_records,
-                                 normalize_compression, read_records)
-from tfrecord_io.storage import sources
+from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, masked_crc32c, read_records
+from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.storage import fs, sources
+from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
 from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source, SourceFile
-from tfrecord_io.core.schema import Feature, Schema
 
 __all__ = [
-    "DEFAULT_SHUFFLE_BUFFER", "LoaderOptions", "LoaderStats", "SourceFile", "Source",
+    "DEFAULT_SHUFFLE_BUFFER", "LoaderOptions", "LoaderResume", "LoaderStats", "SourceFile", "Source",
     "input_fn", "make_dataset", "parse_spec", "prefetch_to_gpu", "resolve_source", "steps_per_epoch", "tf_dtype",
 ]
 
@@ -107,6 +173,13 @@ log = logging.getLogger(__name__)
 DEFAULT_SHUFFLE_BUFFER = 10_000
 #: Records per chunk read from one file before the interleave moves on to the next file.
 CHUNK_RECORDS = 1024
+#: A segment's first byte range, in records (the first batch waits for its check only), and
+#: the most records and bytes of any later one.
+FIRST_RANGE_RECORDS = 1024
+MAX_RANGE_RECORDS = 1 << 16
+MAX_RANGE_BYTES = 64 << 20
+#: Records read by one call of the global shuffle's reader.
+GLOBAL_READ_RECORDS = 1024
 #: Files read at once by default: local / TF-native files, and files streamed through the cache.
 DEFAULT_CYCLE_LENGTH = 8
 DEFAULT_CACHED_CYCLE_LENGTH = 2
@@ -115,8 +188,15 @@ DEFAULT_CACHED_CYCLE_LENGTH = 2
 _SHARDS_PER_CYCLE = 3
 #: With fewer CPUs than this, autotune=None turns tf.data's autotuner off (see LoaderOptions).
 AUTOTUNE_MIN_CPUS = 5
+#: Epochs of one iterator of a dataset with num_epochs=None (forever, for any practical purpose).
+_FOREVER = 1 << 40
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 _ON_CORRUPT = ("error", "skip")
+_REMAINDER = ("drop", "pad")
+_READ_BUFFER = 256 << 10  # TFRecordDataset's own default
+_LENGTH = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI")
+_U32 = struct.Struct("<I")
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,13 +208,15 @@ class LoaderOptions:
 
     batch_size: records per batch; with an ``input_context`` the GLOBAL batch size (each
         pipeline batches ``input_context.get_per_replica_batch_size(batch_size)``).
-    shuffle: shuffle the file order (each epoch) and the records. Default True.
+    shuffle: ``True`` (default): shuffle the file order (each epoch) and the records in windows;
+        ``"global"``: each epoch a seeded permutation of all the records, read by offset (see the
+        module doc; uncompressed files); ``False``: file order, records in order.
     shuffle_buffer: records are shuffled in windows of this many (uniform permutation of each
         window; bounds memory to one window). Default 10,000.
     seed: makes file and record order reproducible (and, by default, the interleave
-        deterministic). Default None: a different order each run.
-    num_epochs: passes over the data; None repeats forever. Default 1.  Each epoch yields
-        exactly ``steps_per_epoch(source, batch_size)`` batches.
+        deterministic). Default None: a different order for each dataset (and each iterator).
+    num_epochs: passes over the data per iterator; None repeats forever. Default 1.  Each epoch
+        yields exactly ``steps_per_epoch(source, batch_size)`` batches.
     compression: ``"auto"`` (the manifest's, else from each file's extension: ``.gz`` gzip,
         ``.zlib`` zlib), or ``"none"`` / ``"gzip"`` / ``"zlib"`` for every file.
     on_corrupt: ``"error"`` (default) or ``"skip"`` (see the module doc).
@@ -145,7 +227,11 @@ class LoaderOptions:
         batches itself) and every tensor is dense; ``True`` to require it; ``False`` never; or
         a device name.  It must be the pipeline's last step: to add your own transformations
         (e.g. ``map(to_model_inputs)``), pass ``False`` and end with :func:`prefetch_to_gpu`.
+        Iterators with it cannot be checkpointed (see the module doc).
     drop_remainder: drop each epoch's last partial batch (static batch shapes). Default False.
+    remainder: with an ``input_context``, the last ``records % global batch`` records of each
+        epoch: ``"drop"`` (default) or ``"pad"`` (read again from the epoch's start); see the
+        module doc.
     ragged: SequenceExample features as ``tf.RaggedTensor`` instead of padded + lengths.
     cycle_length: files read at once. Default: min(files, 8); min(files, 2) through the cache.
     cache_dir: where the HDFS shard cache lives (default: the system temp dir).
@@ -153,7 +239,10 @@ class LoaderOptions:
         being read plus those the interleave opens ahead (two per file it reads) and those
         downloaded ahead.  Default and least ``3 x cycle_length``; given alone it can lower the
         default ``cycle_length`` (to ``cache_files // 3``).
-    download_threads: shards copied into the cache in parallel. Default 2.
+    download_threads: shards copied into the cache in parallel.  Default None: 1 when this process
+        may use at most ``AUTOTUNE_MIN_CPUS - 1`` (4) CPUs, 2 otherwise.  On 2 CPUs shared with the
+        DataNode, one download at a time keeps ahead of the reader and leaves the CPUs to it: HDFS
+        ran at 0.91x local disk with 1 against 0.86x with 2 (median of 6 paired rounds, BENCHMARKS.md).
     autotune: tf.data's autotuner (``tf.data.Options().autotune.enabled``).  Default None: off
         when this process may use at most ``AUTOTUNE_MIN_CPUS - 1`` (4) CPUs, on otherwise.  On
         2 CPUs it now and then ran the whole pipeline at about one CPU (1M rows in 5.2 s instead
@@ -162,7 +251,7 @@ class LoaderOptions:
     """
 
     batch_size: int
-    shuffle: bool = True
+    shuffle: bool | str = True
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     seed: int | None = None
     num_epochs: int | None = 1
@@ -171,11 +260,12 @@ class LoaderOptions:
     deterministic: bool | None = None
     prefetch_to_device: bool | str = "auto"
     drop_remainder: bool = False
+    remainder: str = "drop"
     ragged: bool = False
     cycle_length: int | None = None
     cache_dir: str | None = None
     cache_files: int | None = None
-    download_threads: int = 2
+    download_threads: int | None = None
     autotune: bool | None = None
 
     def __post_init__(self) -> None:
@@ -191,10 +281,13 @@ class LoaderOptions:
         positive_int("num_epochs", self.num_epochs, allow_none=True)
         positive_int("cycle_length", self.cycle_length, allow_none=True)
         positive_int("cache_files", self.cache_files, allow_none=True)
-        positive_int("download_threads", self.download_threads)
+        positive_int("download_threads", self.download_threads, allow_none=True)
         if self.autotune not in (None, True, False):
             raise ValueError(f"autotune must be True, False or None, got {self.autotune!r}")
-        for name in ("shuffle", "drop_remainder", "ragged"):
+        if self.shuffle not in (True, False, "global") or isinstance(self.shuffle, (int, float)) \
+                and not isinstance(self.shuffle, bool):
+            raise ValueError(f"shuffle must be True (windows), 'global' or False, got {self.shuffle!r}")
+        for name in ("drop_remainder", "ragged"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.deterministic is not None and not isinstance(self.deterministic, bool):
@@ -203,7 +296,11 @@ class LoaderOptions:
             raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
         if self.on_corrupt not in _ON_CORRUPT:
             raise ValueError(f"on_corrupt must be 'error' or 'skip', got {self.on_corrupt!r}")
+        if self.remainder not in _REMAINDER:
+            raise ValueError(f"remainder must be 'drop' or 'pad', got {self.remainder!r}")
         if self.compression != "auto":
+            from tfrecord_io.core.framing import normalize_compression
+
             try:
                 object.__setattr__(self, "compression", normalize_compression(self.compression))
             except ValueError as e:
@@ -222,15 +319,26 @@ class LoaderOptions:
                 f"so cache_files must be at least {_SHARDS_PER_CYCLE * self.cycle_length}")
 
     @property
+    def downloads(self) -> int:
+        """Shards copied at once (``download_threads``, or its default for this machine)."""
+        if self.download_threads is not None:
+            return self.download_threads
+        return 1 if _usable_cpus() < AUTOTUNE_MIN_CPUS else 2
+
+    @property
+    def global_shuffle(self) -> bool:
+        return self.shuffle == "global"
+
+    @property
     def is_deterministic(self) -> bool:
         if self.deterministic is not None:
             return self.deterministic
-        return not self.shuffle or self.seed is not None
+        return self.shuffle is not True or self.seed is not None
 
 
 @dataclass(frozen=True)
 class CorruptFile:
-    """One file the loader could not read to its end."""
+    """One file the loader could not read to its end (or, with ``shuffle="global"``, one bad record)."""
 
     uri: str
     offset: int | None       # byte offset of the bad record (uncompressed stream), if known
@@ -242,8 +350,9 @@ class CorruptFile:
 class LoaderStats:
     """Counters a dataset updates as it is read (thread-safe; read them at any time).
 
-    ``files_read``: files read to their end (or to their first bad record), summed over epochs;
-    ``records_read``: records read from them; ``corrupt_files``: files that ended early
+    ``files_read``: file segments read to their end (or to their first bad record), summed over
+    epochs (a segment is a whole file, but with an ``input_context`` a file may be cut between
+    pipelines); ``records_read``: records read; ``corrupt_files``: segments that ended early
     (``skipped`` lists them, in skip mode); ``cache``: the HDFS shard cache's counters, if one is used.
     """
 
@@ -268,6 +377,12 @@ class LoaderStats:
                 if skipped:
                     self.skipped.append(problem)
 
+    def _records_done(self, records: int, problems: Sequence[CorruptFile] = ()) -> None:
+        with self._lock:
+            self.records_read += records
+            self.corrupt_files += len(problems)
+            self.skipped.extend(problems)
+
     def as_dict(self) -> dict:
         with self._lock:
             return {"files_read": self.files_read, "records_read": self.records_read,
@@ -277,6 +392,58 @@ class LoaderStats:
 
     def __repr__(self) -> str:
         return f"LoaderStats({self.as_dict()})"
+
+
+class LoaderResume:
+    """Where the next iterator of a dataset (or of each pipeline of an :func:`input_fn`) starts.
+
+    Each new iterator starts at the epoch after the last one the previous iterator was given
+    (epoch 0 first) and reads all of it.  :meth:`start_epoch` changes that for the next
+    iterator(s): epoch ``epoch`` (its file order and shuffles are those of that epoch, whatever
+    ran before in this process), leaving out its first ``skip_batches`` batches -- what
+    :class:`tfrecord_io.engines.resume.BackupAndRestore` does to resume training mid-epoch.
+    ``batches_per_epoch`` is an epoch's batches when the record counts are known (else None).
+    """
+
+    def __init__(self) -> None:
+        self._starts: weakref.WeakSet = weakref.WeakSet()
+        self.batches_per_epoch: int | None = None
+
+    def _add(self, start: "_Start", batches_per_epoch: int | None) -> None:
+        self._starts.add(start)
+        self.batches_per_epoch = batches_per_epoch
+
+    def start_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        if not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if not isinstance(skip_batches, (int, np.integer)) or skip_batches < 0:
+            raise ValueError(f"skip_batches must be a non-negative integer, got {skip_batches!r}")
+        for start in list(self._starts):
+            start.set(int(epoch), int(skip_batches))
+
+
+class _Start:
+    """The first element of each iterator of one pipeline: (key, first epoch, batches to skip, token).
+
+    Called (a numpy_function) when an iterator yields its first element; the token tells the
+    shard cache one iterator's passes from another's.  A restored iterator never calls it: its
+    epochs' arguments are part of its saved state.
+    """
+
+    def __init__(self, key: int, per_iteration: int):
+        self.key, self.per_iteration = key, per_iteration
+        self._epoch, self._skip = 0, 0
+        self._lock = threading.Lock()
+
+    def set(self, epoch: int, skip: int) -> None:
+        with self._lock:
+            self._epoch, self._skip = epoch, skip
+
+    def __call__(self) -> tuple:
+        with self._lock:
+            epoch, skip = self._epoch, self._skip
+            self._epoch, self._skip = epoch + self.per_iteration, 0
+        return (np.int64(self.key), np.int64(epoch), np.int64(skip), np.int64(secrets.randbits(62)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -296,20 +463,6 @@ def _resolve_schema(schema: Any, src: Source) -> Schema:
                              f"with a _manifest.json to take the schema from")
         return src.schema
     return sources.resolve_source(src, schema=schema).schema
-
-
-def _pipeline_files(files: Sequence[SourceFile], input_context) -> tuple[list[SourceFile], tuple[int, int] | None]:
-    """This input pipeline's files -- every ``num_input_pipelines``-th, from ``input_pipeline_id`` --
-    and None; or, with fewer files than pipelines, all files and ``(pipelines, id)``: the pipeline
-    then takes every n-th record (each pipeline reads every file: slower, with a warning)."""
-    if input_context is None:
-        return list(files), None
-    n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
-    if len(files) < n:
-        log.warning("%d file(s) for %d input pipelines: each pipeline reads every file and keeps every %d-th "
-                    "record (write at least %d shards to give each pipeline its own files)", len(files), n, n, n)
-        return list(files), (n, i)
-    return list(files[i::n]), None
 
 
 def _check_present(schema: Schema, src: Source) -> None:
@@ -358,7 +511,7 @@ def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
 
 
 # ---------------------------------------------------------------------------------------
-# The end-of-file check
+# Files, their indexes, and where each one is read
 # ---------------------------------------------------------------------------------------
 _TF_SCHEMES: dict[str, bool] = {}
 
@@ -400,25 +553,234 @@ def _gzip_isize(f) -> int | None:
     return struct.unpack("<I", data)[0] if len(data) == 4 else None
 
 
-class _FileChecker:
-    """Called once per file, when TF's reader of it stops: did it read the whole file?
+class _FileTable:
+    """The files one loader reads, and what it learns of them in this process (thread-safe).
 
-    TF reports ``n`` records of ``nbytes`` payload.  The file was read to its end iff the framed
-    stream they make (``nbytes + 16 n``) is the file (uncompressed: its size; gzip: its ISIZE
-    trailer) or ``n`` is the manifest's count.  When that does not settle it, our own framing
-    reader reads the file to find the bad record (file, offset, which check).
+    ``index(i, size)``: file i's record index (:mod:`tfrecord_io.storage.index`: from the
+    manifest of a tfrecord-io output, else a ``tfrecord-io index`` sidecar), loaded once and kept
+    while the file keeps its size, or None.  ``walked(key)`` / ``remember_walk(key, answer)``:
+    the :class:`_RangeGuard`'s answers for files without an index, per file (URI, size and
+    mtime) and arguments, so that each range is walked once per process.
     """
 
-    def __init__(self, files: Sequence[SourceFile], on_corrupt: str, stats: LoaderStats,
-                 cache: ShardCache | None):
-        self.files, self.on_corrupt, self.stats, self.cache = files, on_corrupt, stats, cache
+    #: Walk answers kept; more and all are forgotten (an answer is a few numbers).
+    MAX_WALKS = 1 << 16
 
-    def __call__(self, path_t, index_t, n_t, nbytes_t):
-        path = path_t.numpy().decode("utf-8")
-        f = self.files[int(index_t.numpy())]
-        n, nbytes = int(n_t.numpy()), int(nbytes_t.numpy())
+    def __init__(self, files: Sequence[SourceFile], manifest=None):
+        self.files = tuple(files)
+        self.manifest = manifest  # a tfrecord-io output's: its shards' indexes are in it
+        self._indexes: dict[int, RecordIndex | None] = {}
+        self._walks: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
+
+    def counts(self) -> list[int | None]:
+        """Each file's record count: the manifest's, else its index's, else None."""
+        return [f.records for f in self.files]
+
+    def index(self, i: int, size: int | None = None, *, strict: bool = False) -> RecordIndex | None:
+        """File i's index, or None.  An index that is not the file's as it is now (its size or
+        record count differ) is an error with ``strict`` (reading needs it), else a warning and
+        None: the file is read without it (and its end-of-segment check says what is wrong)."""
+        with self._lock:
+            cached = self._indexes.get(i, False)
+        if cached is not False and (cached is None or size is None or cached.file_bytes == size):
+            return cached
+        f = self.files[i]
         try:
-            problem, error, recovered = self._check(path, f, n, nbytes)
+            embedded = None
+            if self.manifest is not None:
+                embedded = manifest_index(self.manifest.raw, f.name, f.bytes, self.manifest.compression,
+                                          self.manifest.uri)
+            index = load_index(f.uri, f.compression, size, manifest=embedded)
+            if index is not None and f.records is not None and index.records != f.records:
+                raise ValueError(f"{f.uri}: _manifest.json says {f.records} records, its index {index.uri} "
+                                 f"{index.records}")
+        except ValueError as e:
+            if strict:
+                raise
+            log.warning("%s; reading the file without its index", e)
+            index = None
+        with self._lock:
+            self._indexes[i] = index
+        return index
+
+    def load_indexes(self, threads: int = 8) -> list[RecordIndex | None]:
+        """Every file's index, strictly (read in parallel: on HDFS each is a small remote read)."""
+        with ThreadPoolExecutor(max(1, min(threads, len(self.files)))) as pool:
+            return list(pool.map(lambda i: self.index(i, strict=True), range(len(self.files))))
+
+    def walked(self, key: tuple) -> tuple | None:
+        with self._lock:
+            return self._walks.get(key)
+
+    def remember_walk(self, key: tuple, answer: tuple) -> None:
+        with self._lock:
+            if len(self._walks) >= self.MAX_WALKS:
+                self._walks.clear()
+            self._walks[key] = answer
+
+
+class _RangeGuard:
+    """Where TensorFlow reads next in a segment, and how far: the length check (see the module doc).
+
+    Called (a numpy_function, pure: the same answer for the same arguments) before each byte
+    range of a segment: ``(path, file, offset, record, remaining, step, done)`` ->
+    ``(start, skip, n, next_offset, last)``: TensorFlow reads ``n`` records (-1: to the end) from
+    byte ``start`` after skipping ``skip`` records.  ``offset`` is -1 for a segment's first range
+    (found from ``record``), ``remaining`` the segment's records left (-1: to the end of the file);
+    once ``done`` (the segment has ended) the answer is: nothing.
+    Uncompressed files: every length in the range is checked against what remains of the file
+    (and the index's lengths) before TensorFlow allocates it.  Compressed files need no check
+    (TensorFlow's reader does not allocate a record's length up front there): one range.
+    Through the shard cache it also tells the cache the shard is still being read.
+    """
+
+    def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
+        self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
+
+    def __call__(self, path_b, i, offset, record, remaining, step, done=False):
+        if done:
+            return _answer(0, 0, 0, 0, True)
+        local = _local_path(path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b))
+        if self.cache is not None:
+            self.cache.touch(local)  # still being read: copied again if it was evicted
+        i, offset, record, remaining, step = int(i), int(offset), int(record), int(remaining), int(step)
+        f = self.table.files[i]
+        st = os.stat(local)
+        index = self.table.index(i, st.st_size)
+        if f.compression != "none":
+            if record == 0:
+                start, skip = 0, 0
+            elif index is not None:
+                start, skip = int(index.offsets[record]) if record < index.records else index.stream_bytes, 0
+            else:
+                start, skip = 0, record
+            return _answer(start, skip, remaining, -1, True)
+        want = min(FIRST_RANGE_RECORDS << (2 * step), MAX_RANGE_RECORDS)
+        if remaining >= 0:
+            want = min(want, remaining)
+        if index is not None:
+            return self._indexed(local, f, index, record, want, remaining, st.st_size)
+        return self._walk(local, f, offset, record, want, remaining, st, step)
+
+    def _bad(self, f: SourceFile, error: CorruptRecordError, start: int, n: int, size: int):
+        """Error mode: raise; skip mode: TensorFlow reads the ``n`` records before the bad one, then stops."""
+        if self.on_corrupt != "skip":
+            self.stats._file_done(0, CorruptFile(f.uri, error.offset, error.check, 0, str(error)), False)
+            raise error
+        return _answer(start, 0, n, size, True)
+
+    def _indexed(self, local: str, f: SourceFile, index: RecordIndex, record: int, want: int, remaining: int,
+                 size: int):
+        offsets, lengths = index.offsets, index.lengths
+        start = int(offsets[record]) if record < index.records else size
+        n = max(0, min(want, index.records - record))
+        if n:  # at most MAX_RANGE_BYTES, but at least one record
+            limit = start + MAX_RANGE_BYTES
+            n = max(1, min(n, int(np.searchsorted(offsets[record:record + n], limit, side="left"))))
+            fields = _length_fields(local, offsets[record:record + n])
+            differ = np.flatnonzero(fields != lengths[record:record + n])
+            if differ.size:
+                j = int(differ[0])
+                at = int(offsets[record + j])
+                left = size - at - RECORD_OVERHEAD
+                if int(fields[j]) > left:
+                    return self._bad(f, CorruptRecordError(
+                        f.uri, at, "truncated data", f"expected {int(fields[j])} data bytes, got {max(0, left + 4)} "
+                        f"before end of stream"), start, j, size)
+                raise ValueError(f"{f.uri}: the length field at byte offset {at} says {int(fields[j])}, its index "
+                                 f"{index.uri} {int(lengths[record + j])}: the index is not this file's")
+        end = record + n
+        nxt = int(offsets[end]) if end < index.records else size
+        return _answer(start, 0, n, nxt, end >= index.records or n == remaining)
+
+    def _walk(self, local: str, f: SourceFile, offset: int, record: int, want: int, remaining: int, st, step: int):
+        # A walk's answer depends on the file and the arguments only: remembered, later epochs walk nothing.
+        key = (f.uri, st.st_size, st.st_mtime_ns if local == _local_path(f.uri) else None, offset, record,
+               remaining, step)
+        known = self.table.walked(key)
+        if known is not None:
+            return known
+        size = st.st_size
+        with open(local, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            try:
+                if offset < 0:  # a segment's first range: find its first record
+                    pos, skipped, bad = _walk_headers(mm, size, 0, record, None)
+                    if bad is None and skipped < record:
+                        bad = (pos, f"the file ends after {skipped} records, before record {record}")
+                    if bad is not None:
+                        return self._bad(f, CorruptRecordError(f.uri, bad[0], "truncated data", bad[1]), pos, 0, size)
+                    offset = pos
+                end, n, bad = _walk_headers(mm, size, offset, want, offset + MAX_RANGE_BYTES)
+            finally:
+                if mm is not None:
+                    mm.close()
+        if bad is not None:
+            return self._bad(f, CorruptRecordError(f.uri, bad[0], "truncated data", bad[1]), offset, n, size)
+        answer = _answer(offset, 0, n, end, end >= size or n == remaining or size - end < RECORD_OVERHEAD)
+        self.table.remember_walk(key, answer)
+        return answer
+
+
+def _answer(start: int, skip: int, n: int, nxt: int, last: bool) -> tuple:
+    return (np.int64(start), np.int64(skip), np.int64(n), np.int64(nxt), np.bool_(last))
+
+
+def _length_fields(local: str, offsets: np.ndarray) -> np.ndarray:
+    """The 8-byte length fields of the records at ``offsets`` of a local file, as uint64."""
+    with open(local, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            fields = view[offsets[:, None] + np.arange(8)].copy()
+        finally:
+            del view
+    return fields.view("<u8").ravel()
+
+
+def _walk_headers(mm, size: int, pos: int, count: int, byte_limit: int | None):
+    """Walk up to ``count`` record headers from ``pos`` (stopping past ``byte_limit``): ``(end,
+    records, bad)``; ``bad`` is ``(offset, detail)`` for a length that runs past the end of the file.
+    A tail too short to be a record stops the walk (TensorFlow reports it without harm)."""
+    unpack = _LENGTH.unpack_from
+    n = 0
+    while n < count and size - pos >= RECORD_OVERHEAD:
+        (length,) = unpack(mm, pos)
+        if length > size - pos - RECORD_OVERHEAD:
+            return pos, n, (pos, f"expected {length} data bytes, got {max(0, size - pos - HEADER_SIZE)} before "
+                                 f"end of stream")
+        pos += length + RECORD_OVERHEAD
+        n += 1
+        if byte_limit is not None and pos >= byte_limit:
+            break
+    return pos, n, None
+
+
+_NOTHING = np.zeros([0], dtype=object)
+
+
+class _SegmentChecker:
+    """Called at each chunk of a segment; at its end (``ends``), when TensorFlow's reading of it
+    stops: did it read all of it?
+
+    TF reports ``n`` records of ``nbytes`` payload.  A whole file was read to its end iff the
+    framed stream they make (``nbytes + 16 n``) is the file (uncompressed: its size; gzip: its
+    ISIZE trailer) or ``n`` is the manifest's count; a part of a file iff ``n`` is its count.
+    When that does not settle it, our own framing reader reads the file to find the bad record
+    (file, offset, which check).  Releases the segment's shard in the cache either way.
+    """
+
+    def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
+        self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
+
+    def __call__(self, ends, path_b, index, first, count, whole, n, nbytes):
+        if not ends:
+            return _NOTHING
+        path = path_b.decode("utf-8")
+        f = self.table.files[int(index)]
+        first, count, whole, n, nbytes = int(first), int(count), bool(whole), int(n), int(nbytes)
+        try:
+            problem, error, recovered = self._check(path, f, first, count, whole, n, nbytes)
         finally:
             if self.cache is not None:
                 self.cache.release(path)  # the next shard can be fetched into its slot
@@ -430,41 +792,46 @@ class _FileChecker:
         if problem is not None:
             log.warning("on_corrupt='skip': %s; kept the %d records before it and skipped the rest of the file",
                         problem.message, problem.records_kept)
-        return np.array(recovered, dtype=object) if recovered else np.zeros([0], dtype=object)
+        return np.array(recovered, dtype=object) if recovered else _NOTHING
 
     def _open(self, path: str):
         if "://" in path and not path.startswith("file:"):
-            import tensorflow as tf
-
-            return tf.io.gfile.GFile(path, "rb")
+            return fs.open(path, "rb")
         return open(_local_path(path), "rb")
 
-    def _check(self, path: str, f: SourceFile, n: int,
+    def _check(self, path: str, f: SourceFile, first: int, count: int, whole: bool, n: int,
                nbytes: int) -> tuple[CorruptFile | None, Exception | None, list[bytes]]:
-        """``(problem, error, recovered)``: ``(None, None, [])`` when TF read the whole file.
+        """``(problem, error, recovered)``: ``(None, None, [])`` when TF read the whole segment.
 
-        TF's stream of a file ends at its first bad record and drops the chunk it was filling,
-        so ``recovered`` holds the intact records after the ``n`` TF delivered (fewer than
+        TF's stream ends at its first bad record and drops the chunk it was filling, so
+        ``recovered`` holds the intact records after the ``n`` TF delivered (fewer than
         CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
         """
-        stream_bytes = nbytes + RECORD_OVERHEAD * n
-        with self._open(path) as fh:
-            if f.compression == "none":
-                fh.seek(0, os.SEEK_END)
-                complete = fh.tell() == stream_bytes
-            elif f.records is not None:
-                complete = n == f.records
-            elif f.compression == "gzip":
-                complete = _gzip_isize(fh) == stream_bytes % (1 << 32)
-            else:
-                complete = False  # zlib has no size trailer: read it to know
-        if complete and (f.records is None or n == f.records):
+        if whole:
+            stream_bytes = nbytes + RECORD_OVERHEAD * n
+            with self._open(path) as fh:
+                if f.compression == "none":
+                    fh.seek(0, os.SEEK_END)
+                    complete = fh.tell() == stream_bytes
+                elif f.records is not None:
+                    complete = n == f.records
+                elif f.compression == "gzip":
+                    complete = _gzip_isize(fh) == stream_bytes % (1 << 32)
+                else:
+                    complete = False  # zlib has no size trailer: read it to know
+            if complete and (f.records is None or n == f.records):
+                return None, None, []
+        elif n == count:
             return None, None, []
         intact = 0
         tail: list[bytes] = []
         try:
             with self._open(path) as fh:
-                for record in read_records(fh, name=f.uri, compression=f.compression, verify=True):
+                for k, record in enumerate(read_records(fh, name=f.uri, compression=f.compression, verify=True)):
+                    if k < first:
+                        continue
+                    if not whole and k >= first + count:
+                        break
                     if intact >= n and len(tail) < CHUNK_RECORDS:
                         tail.append(record)
                     intact += 1
@@ -476,8 +843,10 @@ class _FileChecker:
                                        f"{e.detail} (TensorFlow stopped after {n} records, {intact} read intact)")
             return (CorruptFile(uri=f.uri, offset=e.offset, check=e.check, records_kept=kept, message=str(e)),
                     e, recovered)
-        if f.records is not None and intact != f.records:
+        if whole and f.records is not None and intact != f.records:
             message = f"{f.uri}: holds {intact} records, but _manifest.json says {f.records}"
+        elif not whole and intact != count:
+            message = f"{f.uri}: holds {first + intact} records, fewer than the {first + count} its count says"
         elif intact != n:
             message = f"{f.uri}: TensorFlow stopped reading after {n} records, but the file holds {intact} intact records"
         else:
@@ -486,252 +855,430 @@ class _FileChecker:
                 ValueError(message), [])
 
 
-class _LengthGuard:
-    """Checked before TensorFlow opens a file: no record claims more bytes than the file holds.
+# ---------------------------------------------------------------------------------------
+# Each epoch's work: which records this pipeline reads
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Share:
+    """This pipeline's records of each epoch: positions ``[first, first + records)`` of the epoch's
+    order of all ``total`` records (taken modulo ``total``: with ``remainder="pad"`` the last
+    pipeline's run goes on at the epoch's start).  ``total`` None: whole files, no split."""
 
-    TensorFlow's reader allocates a record's length before reading it; a length field of 2**40
-    with a valid length CRC (a crafted or mis-written file) kills the process.  So each file's
-    record headers are walked first -- uncompressed: 8-byte lengths through ``mmap``, about 0.3 s
-    per million records; compressed: our own framing reader over the decompressed stream -- once
-    per file per process (keyed by URI, size and mtime).  A bad length is a
-    :class:`~tfrecord_io.core.framing.CorruptRecordError` naming the file and the offset; with
-    ``on_corrupt="skip"`` TensorFlow is given a copy of the records before it instead.
+    first: int = 0
+    records: int | None = None
+    total: int | None = None
+
+    @property
+    def split(self) -> bool:
+        return self.total is not None
+
+
+def _share(counts: Sequence[int | None], input_context, batch: int, remainder: str) -> _Share | None:
+    """The equal share of ``input_context``'s pipeline (see the module doc); None without one."""
+    if input_context is None:
+        return None
+    if any(c is None for c in counts):
+        return None
+    total = int(sum(counts))
+    pipelines = input_context.num_input_pipelines
+    per_step = batch * max(1, input_context.num_replicas_in_sync // pipelines)  # this pipeline, one step
+    global_batch = per_step * pipelines
+    steps = total // global_batch if remainder == "drop" else -(-total // global_batch)
+    if steps == 0:
+        raise ValueError(f"{total} records make no full global batch of {global_batch} ({pipelines} pipelines x "
+                         f"{per_step}): remainder='drop' would read nothing; pass remainder='pad' or a smaller batch")
+    records = steps * per_step
+    return _Share(first=input_context.input_pipeline_id * records, records=records, total=total)
+
+
+class _EpochPlan:
+    """One epoch's segments for one pipeline: a pure function of (key, epoch) (a numpy_function).
+
+    Returns ``(files, firsts, counts, wholes, pass_id)``: segment j reads ``counts[j]`` records of
+    file ``files[j]`` from record ``firsts[j]`` (``wholes[j]``: all of it, to its end).  The file
+    order is a permutation seeded by (key, epoch) when shuffling, the same in every pipeline.
+    Through the shard cache, the epoch's pass (``pass_id``, from the iterator's token) is planned.
     """
 
-    def __init__(self, files: Sequence[SourceFile], on_corrupt: str):
-        self.files, self.on_corrupt = files, on_corrupt
-        self._ok: set = set()
-        self._lock = threading.Lock()
+    def __init__(self, table: _FileTable, share: _Share | None, shuffle: bool, cache: ShardCache | None,
+                 pipeline_files: Sequence[int] | None = None):
+        self.table, self.share, self.shuffle, self.cache = table, share, shuffle, cache
+        self.pipeline_files = pipeline_files  # without counts: this pipeline's files (files[id::n])
+        self.counts = np.array([c if c is not None else -1 for c in table.counts()], dtype=np.int64)
 
-    def __call__(self, path_b, index) -> tuple:
-        path = path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b)
-        f = self.files[int(index)]
-        local = _local_path(path)
-        st = os.stat(local)
-        key = (f.uri, st.st_size, st.st_mtime_ns if local == _local_path(f.uri) else None)
-        with self._lock:
-            if key in self._ok:
-                return path_b, _TF_COMPRESSION[f.compression]
-        bad = self._first_bad(local, f, st.st_size)
-        if bad is None:
-            with self._lock:
-                self._ok.add(key)
-            return path_b, _TF_COMPRESSION[f.compression]
-        if self.on_corrupt != "skip":
-            raise bad
-        log.warning("on_corrupt='skip': %s; reading the records before it", bad)
-        return self._records_before(local, f, bad.offset).encode("utf-8"), _TF_COMPRESSION[f.compression]
+    def __call__(self, key, epoch, token):
+        key, epoch = int(key), int(epoch)
+        files = np.array(self.pipeline_files if self.pipeline_files is not None else range(len(self.counts)),
+                         dtype=np.int64)
+        if self.shuffle and files.size > 1:
+            files = files[np.random.default_rng([key & (2**63 - 1), epoch]).permutation(files.size)]
+        if self.share is None or not self.share.split:
+            firsts = np.zeros(files.size, np.int64)
+            counts = self.counts[files]
+            wholes = np.ones(files.size, np.int64)
+        else:
+            files, firsts, counts = self._cut(files)
+            wholes = ((firsts == 0) & (counts == self.counts[files])).astype(np.int64)
+        pass_id = np.int64((int(token) * 1_000_003 + epoch) & (2**62 - 1))
+        if self.cache is not None:
+            self.cache.plan(int(pass_id), [self.table.files[i].uri for i in files])
+        return files, firsts, counts, wholes, pass_id
 
-    @staticmethod
-    def _first_bad(local: str, f: SourceFile, size: int) -> CorruptRecordError | None:
-        if f.compression == "none":
-            import mmap
+    def _cut(self, order: np.ndarray):
+        """Segments of positions [first, first + records) of ``order``'s records, laps modulo total."""
+        share = self.share
+        sizes = self.counts[order]
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        out_files, out_firsts, out_counts = [], [], []
+        lo, hi = share.first, share.first + share.records
+        lap = (lo // share.total) * share.total
+        while lo < hi:
+            a, b = lo - lap, min(hi - lap, share.total)
+            keep = (ends > a) & (starts < b) & (sizes > 0)
+            seg_lo = np.maximum(starts[keep], a)
+            seg_hi = np.minimum(ends[keep], b)
+            out_files.append(order[keep])
+            out_firsts.append(seg_lo - starts[keep])
+            out_counts.append(seg_hi - seg_lo)
+            lo = lap + b
+            lap += share.total
+        return (np.concatenate(out_files).astype(np.int64), np.concatenate(out_firsts).astype(np.int64),
+                np.concatenate(out_counts).astype(np.int64))
 
-            if size == 0:
-                return None
-            unpack = struct.Struct("<Q").unpack_from
-            with open(local, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                pos = 0
-                while pos < size:
-                    if size - pos < RECORD_OVERHEAD:
-                        return None  # a truncated tail: TF's reader reports it without harm
-                    (length,) = unpack(mm, pos)
-                    if length > size - pos - RECORD_OVERHEAD:
-                        left = max(0, size - pos - HEADER_SIZE)
-                        return CorruptRecordError(f.uri, pos, "truncated data", f"expected {length} data bytes, "
-                                                  f"got {left} before end of stream")
-                    pos += length + RECORD_OVERHEAD
-            return None
-        try:
-            with open(local, "rb") as fh:
-                for _ in read_records(fh, name=f.uri, compression=f.compression, verify=False):
-                    pass
-        except CorruptRecordError as e:
-            return e if e.check in ("truncated data", "length CRC") else None
-        return None
 
-    @staticmethod
-    def _records_before(local: str, f: SourceFile, offset: int) -> str:
-        """A temporary copy (compressed as the file is) of the records before byte ``offset``."""
-        import gzip
+# ---------------------------------------------------------------------------------------
+# The global shuffle's reader
+# ---------------------------------------------------------------------------------------
+class _Staged:
+    """Local copies of every file of a source TensorFlow cannot open, for reading by offset.
+
+    Downloads start at the first read (all files, ``threads`` at a time) into one directory of
+    ``cache_dir``, kept for the dataset's lifetime (removed by :meth:`close`, see :class:`_Lifetime`,
+    or at exit): a global shuffle reads every file in every batch.
+    """
+
+    def __init__(self, files: Sequence[SourceFile], cache_dir: str | None, threads: int):
+        import shutil
         import tempfile
-        import zlib
 
-        intact = bytearray()
-        with open(local, "rb") as fh:
-            if f.compression == "none":
-                intact += fh.read(offset)
-            else:
-                try:
-                    for record in read_records(fh, name=f.uri, compression=f.compression, verify=False):
-                        if len(intact) + len(record) + RECORD_OVERHEAD > offset:
-                            break
-                        intact += frame_records([record])
-                except CorruptRecordError:
-                    pass  # the bad record itself: everything before it is in `intact`
-        data = {"none": bytes, "gzip": gzip.compress, "zlib": zlib.compress}[f.compression](bytes(intact))
-        with tempfile.NamedTemporaryFile(prefix="tfrecord-io-intact-", suffix=".tfrecord", delete=False) as out:
-            out.write(data)
-        return out.name
+        self.files, self.cache_dir, self.threads = files, cache_dir, threads
+        self._futures: list | None = None
+        self._lock = threading.Lock()
+        if cache_dir is not None:
+            os.makedirs(cache_dir, exist_ok=True)
+        self.root = tempfile.mkdtemp(prefix="tfrecord-io-staged-", dir=cache_dir)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-io-stage")
+        self.close = weakref.finalize(self, lambda root, pool: (pool.shutdown(wait=False, cancel_futures=True),
+                                                                shutil.rmtree(root, ignore_errors=True)),
+                                      self.root, self._pool)
+
+    def path(self, i: int) -> str:
+        with self._lock:
+            if self._futures is None:
+                self._futures = [self._pool.submit(fs.get_file, f.uri, os.path.join(self.root, f"{k:06d}"))
+                                 for k, f in enumerate(self.files)]
+        self._futures[i].result()
+        return os.path.join(self.root, f"{i:06d}")
+
+
+class _Lifetime:
+    """Deletes what a dataset staged on local disk once the dataset -- and every dataset made from it,
+    every iterator of them, all of which hold it -- is garbage collected.
+
+    TensorFlow keeps the Python functions of a pipeline built eagerly (and so the shard cache they
+    use) for the life of the process, and says nothing when a pipeline or an iterator goes; this
+    object, held by the dataset alone, is what goes with it.
+    """
+
+    def __init__(self, closables: Sequence[Any]):
+        weakref.finalize(self, _close_all, [c.close for c in closables])
+
+
+def _close_all(closers: Sequence[Any]) -> None:
+    for close in closers:
+        close()
+
+
+class _RecordReader:
+    """Records by global number, read at their offsets (a numpy_function; pure: same ids, same records).
+
+    Global numbers run over the files in order.  Each record is read with one ``pread`` of its
+    framed bytes, its length field checked against the index and both CRCs checked; a bad one is
+    a CorruptRecordError naming the file and offset (``on_corrupt="skip"``: dropped, counted).
+    """
+
+    def __init__(self, table: _FileTable, indexes: Sequence[RecordIndex], staged: _Staged | None,
+                 on_corrupt: str, stats: LoaderStats):
+        self.table, self.indexes, self.staged = table, list(indexes), staged
+        self.on_corrupt, self.stats = on_corrupt, stats
+        self.starts = np.concatenate([[0], np.cumsum([ix.records for ix in indexes])]).astype(np.int64)
+        self._fds: dict[int, int] = {}
+        self._length_crcs: dict[int, int] = {}  # masked CRC of each length field seen (lengths repeat)
+        self._lock = threading.Lock()
+        weakref.finalize(self, _close_fds, self._fds)
+
+    def _fd(self, i: int) -> int:
+        with self._lock:
+            fd = self._fds.get(i)
+        if fd is None:
+            path = self.staged.path(i) if self.staged is not None else _local_path(self.table.files[i].uri)
+            fd = os.open(path, os.O_RDONLY)
+            with self._lock:
+                if i in self._fds:
+                    os.close(fd)
+                    fd = self._fds[i]
+                else:
+                    self._fds[i] = fd
+        return fd
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        files = np.searchsorted(self.starts, ids, side="right") - 1
+        local = ids - self.starts[files]
+        order = np.lexsort((local, files))  # file by file, in file order: kinder to the disk
+        groups = np.split(order, np.flatnonzero(np.diff(files[order])) + 1) if ids.size else []
+        out = np.empty(ids.size, dtype=object)
+        keep = np.ones(ids.size, dtype=bool)
+        problems = []
+        header, u32, value, pread = _HEADER.unpack_from, _U32.unpack_from, google_crc32c.value, os.pread
+        length_crcs = self._length_crcs
+        for group in groups:
+            i = int(files[group[0]])
+            index, fd = self.indexes[i], self._fd(i)
+            ks = local[group]
+            for j, offset, length in zip(group.tolist(), index.offsets[ks].tolist(), index.lengths[ks].tolist()):
+                framed = pread(fd, length + RECORD_OVERHEAD, offset)
+                good = len(framed) == length + RECORD_OVERHEAD
+                if good:
+                    stored, stored_crc = header(framed, 0)
+                    crc = length_crcs.get(stored)
+                    if crc is None:
+                        crc = length_crcs.setdefault(stored, masked_crc32c(framed[:8]))
+                    data = framed[HEADER_SIZE:HEADER_SIZE + length]
+                    c = value(data)
+                    good = (stored == length and crc == stored_crc
+                            and (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF == u32(framed, HEADER_SIZE + length)[0])
+                if good:
+                    out[j] = data
+                    continue
+                error = CorruptRecordError(self.table.files[i].uri, offset, *_frame_problem(framed, length))
+                if self.on_corrupt != "skip":
+                    raise error
+                problems.append(CorruptFile(error.path, offset, error.check, 0, str(error)))
+                keep[j] = False
+        if problems:
+            for p in problems:
+                log.warning("on_corrupt='skip': %s; dropped that record", p.message)
+            out = out[keep]
+        self.stats._records_done(int(out.size), problems)
+        return out
+
+
+def _close_fds(fds: dict) -> None:
+    for fd in fds.values():
+        os.close(fd)
+
+
+def _frame_problem(framed: bytes, length: int) -> tuple[str, str]:
+    """(check, detail): why ``framed`` is not one intact record of ``length`` data bytes."""
+    if len(framed) < length + RECORD_OVERHEAD:
+        return "truncated data", f"expected {length + RECORD_OVERHEAD} bytes, got {len(framed)} before end of stream"
+    stored, stored_crc = _HEADER.unpack_from(framed, 0)
+    if stored != length:
+        return "index", f"the length field says {stored}, the record index {length}"
+    if masked_crc32c(framed[:8]) != stored_crc:
+        return "length CRC", "the length field's CRC does not match"
+    return "data CRC", f"the data CRC does not match over {length} data bytes"
 
 
 # ---------------------------------------------------------------------------------------
 # Building the pipeline
 # ---------------------------------------------------------------------------------------
-class _FileOrder:
-    """Per-pass file order for the cache path (shuffled with (seed, pass) when asked)."""
+def _byte_range(path, compression, start, skip, n):
+    """The records of one byte range: ``n`` (-1: all) from byte ``start`` of ``path``, after ``skip``.
 
-    def __init__(self, n: int, shuffle: bool, seed: int | None):
-        self.n, self.shuffle = n, shuffle
-        self.seed = seed if seed is not None else secrets.randbits(63)
-        self.passes = 0
-        self._lock = threading.Lock()
-
-    def next(self) -> list[int]:
-        with self._lock:
-            p = self.passes
-            self.passes += 1
-        if not self.shuffle:
-            return list(range(self.n))
-        return np.random.default_rng([self.seed & (2**63 - 1), p]).permutation(self.n).tolist()
-
-
-def _reader(files: list[SourceFile], opts: LoaderOptions, stats: LoaderStats):
-    """The records of ``files`` as a dataset of string vectors (chunks of up to CHUNK_RECORDS records)."""
+    ``TFRecordDatasetV2``'s ``byte_offsets`` (what ``tf.data.TFRecordDataset`` does not expose):
+    TensorFlow seeks there (in a compressed file: by decompressing from the start) and reads,
+    checking both CRCs, as ``TFRecordDataset`` does.
+    """
     import tensorflow as tf
 
-    n = len(files)
-    direct = all(tf_can_open(f.uri) for f in files)
-    cycle = opts.cycle_length
-    cache = None
-    if direct:
-        cycle = min(n, cycle or DEFAULT_CYCLE_LENGTH)
-    else:
-        if cycle is None:
-            cycle = DEFAULT_CACHED_CYCLE_LENGTH
-            if opts.cache_files is not None:
-                cycle = max(1, min(cycle, opts.cache_files // _SHARDS_PER_CYCLE))
-        cycle = min(n, cycle)
-        max_files = opts.cache_files or _SHARDS_PER_CYCLE * cycle
-        cache = ShardCache(max_files, cache_dir=opts.cache_dir, download_threads=opts.download_threads)
-        stats.caches.append(cache.stats)
-    cycle = max(cycle, 1)
+    variant = tf.raw_ops.TFRecordDatasetV2(filenames=tf.reshape(path, [1]), compression_type=compression,
+                                           buffer_size=tf.constant(_READ_BUFFER, tf.int64),
+                                           byte_offsets=tf.reshape(start, [1]))
+    records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
+    return records.skip(skip).take(n)
 
-    comps = [_TF_COMPRESSION[f.compression] for f in files]
-    checker = _FileChecker(files, opts.on_corrupt, stats, cache)
-    if cache is None:
-        paths = [_local_path(f.uri) for f in files]
-        file_ds = tf.data.Dataset.from_tensor_slices((tf.constant(paths, tf.string),
-                                                      tf.range(n, dtype=tf.int64),
-                                                      tf.constant(comps, tf.string)))
-        if opts.shuffle and n > 1:
-            file_ds = file_ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
-    guard = _LengthGuard(files, opts.on_corrupt)
+class _Reader:
+    """The window-shuffle / in-order reading of one pipeline: segments -> checked chunks of records."""
 
-    def guarded(path, index):
-        # Inside the file's element (see read_shard below): the walk of one file holds up no other.
-        out_path, out_comp = tf.numpy_function(guard, [path, index], [tf.string, tf.string], stateful=False)
-        out_path.set_shape([])
-        out_comp.set_shape([])
-        return out_path, out_comp
+    def __init__(self, table: _FileTable, opts: LoaderOptions, stats: LoaderStats, share: _Share | None,
+                 pipeline_files: Sequence[int] | None):
+        import tensorflow as tf
 
-    def read_file(path, index, compression):
-        return (tf.data.Dataset.from_tensors((path, index)).map(guarded)
-                .flat_map(lambda p, c: read_checked(p, index, c)))
+        files = table.files
+        n = len(files)
+        direct = all(tf_can_open(f.uri) for f in files)
+        cycle = opts.cycle_length
+        self.cache = None
+        if direct:
+            cycle = min(n, cycle or DEFAULT_CYCLE_LENGTH)
+        else:
+            if cycle is None:
+                cycle = DEFAULT_CACHED_CYCLE_LENGTH
+                if opts.cache_files is not None:
+                    cycle = max(1, min(cycle, opts.cache_files // _SHARDS_PER_CYCLE))
+            cycle = min(n, cycle)
+            self.cache = ShardCache(opts.cache_files or _SHARDS_PER_CYCLE * cycle, cache_dir=opts.cache_dir,
+                                    download_threads=opts.downloads)
+            stats.caches.append(self.cache.stats)
+        self.cycle = max(cycle, 1)
+        self.opts = opts
+        self.plan = _EpochPlan(table, share, opts.shuffle is True, self.cache, pipeline_files)
+        self.guard = _RangeGuard(table, opts.on_corrupt, stats, self.cache)
+        self.checker = _SegmentChecker(table, opts.on_corrupt, stats, self.cache)
+        self.paths = tf.constant([_local_path(f.uri) for f in files] or [""], tf.string)
+        self.comps = tf.constant([_TF_COMPRESSION[f.compression] for f in files] or [""], tf.string)
 
-    def read_checked(path, index, compression):
-        records = tf.data.TFRecordDataset(path, compression_type=compression)
-        # A read error (bad CRC, truncation) ends this file's stream, dropping the chunk it was
-        # filling; the end-of-file check below says which file, where and why, and raises or
-        # (skip mode) hands back the intact records of that chunk.  ignore_errors after batch,
-        # not per record: one tf.data stage fewer per record (~0.5 CPU-s per 1M records).
-        chunks = records.batch(CHUNK_RECORDS).ignore_errors().map(lambda c: (c, False))
-        last = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True))
+    def epoch(self, key, epoch, token):
+        """The chunks of records (string vectors of up to CHUNK_RECORDS) of one epoch, in reading order."""
+        import tensorflow as tf
 
-        def step(state, element):
-            chunk, is_last = element
-            count = state[0] + tf.size(chunk, out_type=tf.int64)
-            nbytes = state[1] + tf.reduce_sum(tf.cast(tf.strings.length(chunk), tf.int64))
+        files, firsts, counts, wholes, pass_id = tf.numpy_function(
+            self.plan, [key, epoch, token], [tf.int64] * 5, stateful=True)
+        for t in (files, firsts, counts, wholes):
+            t.set_shape([None])
+        pass_id.set_shape([])
+        segments = tf.data.Dataset.from_tensor_slices(
+            (tf.range(tf.size(files, out_type=tf.int64)), files, firsts, counts, wholes))
+        if self.cache is not None:
+            # As the interleave takes each segment in (in order, before it opens it): its download
+            # starts, in reading order, however the interleave's workers then race to open them.
+            def want(pos, *rest):
+                wanted = tf.numpy_function(lambda p, k: (self.cache.want(int(p), int(k)), k)[1], [pass_id, pos],
+                                           tf.int64, stateful=True)
+                return (tf.reshape(wanted, []), *rest)
 
-            def at_end():
-                out = tf.py_function(checker, [path, index, count, nbytes], tf.string)
-                out.set_shape([None])
-                return out
+            segments = segments.map(want)
 
-            out = tf.cond(is_last, at_end, lambda: chunk)
-            return (count, nbytes), out
+        if self.cache is not None:
+            def segment(pos, i, first, count, whole):
+                # Made as this element is first read, not when the interleave makes it (one at a
+                # time): the wait for a shard's download holds up this file only.
+                return tf.data.Dataset.from_tensors((pos, i, first, count, whole)).flat_map(
+                    lambda *args: self._segment(pass_id, *args))
+            parallel = self.cycle
+        else:
+            def segment(pos, i, first, count, whole):
+                return self._segment(pass_id, pos, i, first, count, whole)
+            parallel = tf.data.AUTOTUNE
+        return segments.interleave(segment, cycle_length=self.cycle, block_length=1, num_parallel_calls=parallel,
+                                   deterministic=self.opts.is_deterministic)
 
-        return chunks.concatenate(last).scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), step)
+    def _segment(self, pass_id, pos, i, first, count, whole):
+        """One segment's chunks of records: its byte ranges, each checked (the guard) just before
+        TensorFlow reads it, then the end-of-segment check.  Every tf.data function here is one
+        more to instantiate before the first record (5 to 20 ms each on 2 CPUs), so there are
+        few: a scan for the ranges (and a take_while to end them), a flat_map over them, a scan
+        for the check."""
+        import tensorflow as tf
 
-    if cache is None:
-        return file_ds.interleave(read_file, cycle_length=cycle, block_length=1,
-                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
-
-    # Through the cache: one pass (epoch) at a time, opened and closed by cache.owner.  plan()
-    # gives the cache the pass's shards in reading order and returns at once (downloads start
-    # ahead); each interleave worker then waits in fetch() for its own shard's download as it
-    # starts reading it.  Nothing waits for the reader (see tfrecord_io.storage.shard_cache).
-    order = _FileOrder(n, opts.shuffle, opts.seed)
-    uris = [f.uri for f in files]
-
-    def plan(pass_id):
-        indices = order.next()
-        cache.plan(int(pass_id), [uris[i] for i in indices])
-        return np.array(indices, dtype=np.int64)
-
-    def fetch(pass_id, pos):
-        return cache.fetch(int(pass_id), int(pos)).encode("utf-8")
-
-    def read_pass(pass_id):
-        indices = tf.numpy_function(plan, [pass_id], tf.int64, stateful=True)
-        indices.set_shape([n])
-        shards = tf.data.Dataset.from_tensor_slices((tf.range(n, dtype=tf.int64), indices))
-
-        def local_copy(pos):
-            path = tf.numpy_function(fetch, [pass_id, pos], tf.string, stateful=True)
+        if self.cache is not None:
+            path = tf.numpy_function(lambda p, k: self.cache.fetch(int(p), int(k)).encode("utf-8"),
+                                     [pass_id, pos], tf.string, stateful=True)
             path.set_shape([])
-            return path
+        else:
+            path = tf.gather(self.paths, i)
+        compression = tf.gather(self.comps, i)
+        remaining = tf.where(whole > 0, tf.constant(-1, tf.int64), count)
+        i64 = tf.int64
 
-        def read_shard(pos, index):
-            # Wait for the download while the element is read, not while the interleave makes
-            # it: tf.data makes interleave elements one at a time, so a wait there would hold up
-            # every other file, the one being read included.
-            compression = tf.gather(tf.constant(comps, tf.string), index)
-            return (tf.data.Dataset.from_tensors(pos).map(local_copy)
-                    .flat_map(lambda path: read_file(path, index, compression)))
+        def next_range(state, _):
+            offset, record, left, step, done = state
+            # The guard answers "nothing" itself once the segment is done: a tf.cond here would be
+            # two more functions to instantiate.
+            out = tf.numpy_function(self.guard, [path, i, offset, record, left, step, done],
+                                    [i64, i64, i64, i64, tf.bool], stateful=False)
+            for t in out:
+                t.set_shape([])
+            start, skip, n, nxt, last = out
+            left2 = tf.where(left >= 0, left - tf.maximum(n, 0), left)
+            return (nxt, record + tf.maximum(n, 0), left2, step + 1, done | last), (start, skip, n, last, done)
 
-        return shards.interleave(read_shard, cycle_length=cycle, block_length=1,
-                                 num_parallel_calls=cycle, deterministic=opts.is_deterministic)
+        ranges = (tf.data.Dataset.counter()
+                  .scan((tf.constant(-1, i64), first, remaining, tf.constant(0, i64), tf.constant(False)), next_range)
+                  .take_while(lambda start, skip, n, last, done: tf.logical_not(done)))
+        empty = tf.zeros([0], tf.string)
+        data_tag = tf.data.Dataset.from_tensors((tf.constant(0, i64), tf.constant(-1, i64), tf.constant(False))).repeat()
 
-    passes = tf.data.Dataset.from_generator(cache.owner, output_signature=tf.TensorSpec([], tf.int64))
-    # Up to 3 x cycle workers may be waiting in fetch() at once: give them threads of their own,
-    # beyond one per CPU for the work (see the module doc).
-    threads = tf.data.Options()
-    threads.threading.private_threadpool_size = _usable_cpus() + _SHARDS_PER_CYCLE * cycle
-    return passes.flat_map(read_pass).with_options(threads)
+        def read_range(start, skip, n, last, done):
+            # A read error (bad CRC, truncation) ends the range's stream, dropping the chunk it was
+            # filling; the end-of-segment check says which file, where and why.  ignore_errors after
+            # batch, not per record: one tf.data stage fewer per record.  Chunks are tagged
+            # (kind 0) by a zip, a marker (kind 1) with the range's records follows them.
+            chunks = _byte_range(path, compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
+            marker = tf.data.Dataset.from_tensors((empty, (tf.constant(1, i64), n, last)))
+            return tf.data.Dataset.zip((chunks, data_tag)).concatenate(marker)
+
+        def check(state, element):
+            got, nbytes, in_range, stopped = state
+            chunk, (kind, expected, last) = element
+            # Once the segment has ended early (a corrupt record), the rest of the file is dropped.
+            chunk = chunk[:tf.where(stopped, tf.constant(0, tf.int32), tf.size(chunk))]
+            size = tf.size(chunk, out_type=i64)
+            got, in_range = got + size, in_range + size
+            nbytes = nbytes + tf.reduce_sum(tf.cast(tf.strings.length(chunk), i64))
+            ends = tf.logical_not(stopped) & tf.equal(kind, 1) & (last | ((expected >= 0) & (in_range < expected)))
+            # Called for every chunk (a numpy_function: ~30 us per 1,024 records) rather than in a
+            # tf.cond: it checks at the segment's end only and otherwise returns nothing at once.
+            tail = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
+                                     stateful=True)
+            tail.set_shape([None])
+            in_range = tf.where(tf.equal(kind, 1), tf.constant(0, i64), in_range)
+            return (got, nbytes, in_range, stopped | ends), tf.concat([chunk, tail], 0)
+
+        zero = tf.constant(0, i64)
+        return ranges.flat_map(read_range).scan((zero, zero, zero, tf.constant(False)), check)
 
 
-def _shuffle_records(chunks, opts: LoaderOptions):
+def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
     """Shuffle records in windows of ``shuffle_buffer``: each window is permuted uniformly.
 
     Vectorized: one ``stateless_shuffle`` (a gather) per window instead of ``Dataset.shuffle``'s
     per-record work, which would halve the loader's throughput.  Each window holds records read
     consecutively from ``cycle_length`` interleaved files in shuffled file order, so a batch
     samples ``shuffle_buffer`` records around it, as ``Dataset.shuffle(shuffle_buffer)`` does (without
-    its long tail).  The permutations come from ``Dataset.random(seed)``: reproducible with a
-    seed, different in each epoch.
+    its long tail).  Window w of an epoch is permuted with a seed of (key, epoch, w): the same
+    after a restore, different in each epoch.
     """
     import tensorflow as tf
 
-    windows = chunks.rebatch(opts.shuffle_buffer)
-    randoms = tf.data.Dataset.random(seed=opts.seed, rerandomize_each_iteration=True)
+    base = tf.stack([key, epoch])
 
-    def permute(window, r):
-        return tf.random.experimental.stateless_shuffle(window, seed=tf.stack([r, tf.constant(0, tf.int64)]))
+    def permute(w, window):
+        return tf.random.experimental.stateless_shuffle(window, seed=tf.random.experimental.stateless_fold_in(base, w))
 
-    return tf.data.Dataset.zip((windows, randoms)).map(
+    return chunks.rebatch(opts.shuffle_buffer).enumerate().map(
         permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
+
+
+def _global_epoch(reader: _RecordReader, share: _Share, key, epoch, skip_records, opts: LoaderOptions):
+    """One epoch of ``shuffle="global"``: this pipeline's positions of the epoch's permutation, read."""
+    import tensorflow as tf
+
+    total = int(reader.starts[-1])
+    first, records = share.first, share.records
+    positions = tf.data.Dataset.range(first + skip_records, first + records).batch(GLOBAL_READ_RECORDS)
+    seed = tf.stack([key, epoch])
+
+    def read(pos):
+        ids = tf.random.experimental.index_shuffle(pos % total, seed=seed, max_index=tf.constant(total - 1, tf.int64))
+        out = tf.numpy_function(reader, [ids], tf.string, stateful=False)
+        out.set_shape([None])
+        return out
+
+    return positions.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def tf_dtype(f: Feature):
@@ -862,123 +1409,235 @@ def prefetch_to_gpu(dataset, device: bool | str = "auto"):
     return dataset if target is None else dataset.apply(tf.data.experimental.prefetch_to_device(target))
 
 
-def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool = True,
+def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = True,
                  shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
                  num_epochs: int | None = 1, input_context=None, compression: str = "auto",
                  on_corrupt: str = "error", deterministic: bool | None = None,
-                 prefetch_to_device: bool | str = "auto", drop_remainder: bool = False,
+                 prefetch_to_device: bool | str = "auto", drop_remainder: bool = False, remainder: str = "drop",
                  ragged: bool = False, cycle_length: int | None = None, cache_dir: str | None = None,
-                 cache_files: int | None = None, download_threads: int = 2, autotune: bool | None = None,
-                 stats: LoaderStats | None = None, features: Sequence[str] | None = None):
+                 cache_files: int | None = None, download_threads: int | None = None, autotune: bool | None = None,
+                 stats: LoaderStats | None = None, features: Sequence[str] | None = None,
+                 resume: LoaderResume | None = None):
     """A ``tf.data.Dataset`` of parsed batches from ``source`` (see the module doc and :class:`LoaderOptions`).
 
     Yields a features dict, or ``(features, label)`` when the schema names a label.
     ``features``: parse and yield only these (and the label), e.g. the named inputs of a Keras
     model (Keras matches a dict by name, but only when it holds exactly the model's inputs).  The
     returned dataset carries ``loader_stats`` (a :class:`LoaderStats`; pass ``stats=`` to share
-    one, e.g. across the pipelines of an :func:`input_fn`).
+    one, e.g. across the pipelines of an :func:`input_fn`) and ``loader_resume`` (a
+    :class:`LoaderResume`; ``resume=`` to share one).
     """
     import tensorflow as tf
 
     opts = LoaderOptions(batch_size=batch_size, shuffle=shuffle, shuffle_buffer=shuffle_buffer, seed=seed,
                          num_epochs=num_epochs, compression=compression, on_corrupt=on_corrupt,
                          deterministic=deterministic, prefetch_to_device=prefetch_to_device,
-                         drop_remainder=drop_remainder, ragged=ragged, cycle_length=cycle_length,
-                         cache_dir=cache_dir, cache_files=cache_files, download_threads=download_threads,
-                         autotune=autotune)
+                         drop_remainder=drop_remainder, remainder=remainder, ragged=ragged,
+                         cycle_length=cycle_length, cache_dir=cache_dir, cache_files=cache_files,
+                         download_threads=download_threads, autotune=autotune)
     if stats is not None and not isinstance(stats, LoaderStats):
         raise TypeError(f"stats must be a LoaderStats, got {type(stats).__name__}")
+    if resume is not None and not isinstance(resume, LoaderResume):
+        raise TypeError(f"resume must be a LoaderResume, got {type(resume).__name__}")
     stats = stats if stats is not None else LoaderStats()
+    resume = resume if resume is not None else LoaderResume()
     src = resolve_source(source, opts.compression)
     resolved_schema = select_features(_resolve_schema(schema, src), features)
     _check_present(resolved_schema, src)
     parse = _parser(resolved_schema, opts.ragged)
-    files, record_shard = _pipeline_files(src.files, input_context)
-    if record_shard is not None:  # every pipeline must read the records in one order
-        opts = dataclasses.replace(opts, deterministic=True,
-                                   seed=0 if opts.shuffle and opts.seed is None else opts.seed)
     batch = opts.batch_size
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(opts.batch_size)
+    table = _FileTable(src.files, src.manifest)
+    if opts.global_shuffle or (input_context is not None and any(f.records is None for f in src.files)):
+        _counts_from_indexes(table)
+    counts = table.counts()
+    share = _share(counts, input_context, batch, opts.remainder)
+    pipeline_files = None
+    if input_context is not None and share is None:
+        n, p = input_context.num_input_pipelines, input_context.input_pipeline_id
+        log.warning("%s: record counts unknown (no _manifest.json, no record indexes): each of the %d input "
+                    "pipelines reads every %d-th file, so they may yield different numbers of batches (give "
+                    "the files an index with `tfrecord-io index`)", src.uri, n, n)
+        pipeline_files = list(range(p, len(src.files), n))
+    common_key = input_context is not None and input_context.num_input_pipelines > 1
+    if common_key and opts.seed is None:  # every pipeline must cut the same order
+        opts = dataclasses.replace(opts, seed=0)
+    key = opts.seed if opts.seed is not None else secrets.randbits(62)
+    start = _Start(int(key) & (2**63 - 1), opts.num_epochs or _FOREVER)
+    resume._add(start, _batches_per_epoch(counts, share, batch, opts.drop_remainder))
 
-    if files:
-        ds = _reader(files, opts, stats)
+    threads = None
+    if opts.global_shuffle:
+        epoch_fn, staged = _global_pipeline(table, src, opts, stats, share, batch)
     else:
-        ds = tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string))
-    if record_shard is not None:  # fewer files than pipelines: each takes every n-th record
-        ds = ds.unbatch().shard(*record_shard).batch(CHUNK_RECORDS)
-    if opts.shuffle:
-        ds = _shuffle_records(ds, opts)
-    ds = ds.rebatch(batch, drop_remainder=opts.drop_remainder)
+        epoch_fn, threads, staged = _window_pipeline(table, opts, stats, share, batch, pipeline_files)
+    head = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(
+        lambda _: tuple(tf.numpy_function(start, [], [tf.int64] * 4, stateful=True)))
+    epochs_per_iteration = opts.num_epochs or _FOREVER
+
+    def epochs(key_, first, skip, token):
+        key_, first, skip, token = (tf.reshape(t, []) for t in (key_, first, skip, token))
+        return tf.data.Dataset.range(first, first + epochs_per_iteration).map(
+            lambda e: (key_, e, tf.where(tf.equal(e, first), skip, tf.constant(0, tf.int64)), token))
+
+    ds = head.flat_map(epochs).flat_map(epoch_fn)
+    if threads is not None:
+        ds = ds.with_options(threads)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
-    if opts.num_epochs != 1:
-        ds = ds.repeat(opts.num_epochs)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     tuning = tf.data.Options()
     tuning.autotune.enabled = _autotune_on(opts.autotune)
+    # The Python steps are pure functions of their inputs or keep their state outside the graph
+    # (see "Checkpointing" in the module doc): an iterator's checkpoint is its tf.data state.
+    tuning.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    # tf.data's static rewrites of the pipeline's graph take ~50 ms of each new iterator's start on
+    # 2 CPUs (its many small functions) and gain nothing here: parallelism and prefetching are
+    # placed by hand (same throughput with and without them, BENCHMARKS.md).  with_options() turns
+    # them back on.
+    tuning.experimental_optimization.apply_default_optimizations = False
     ds = ds.with_options(tuning)
     if input_context is None:
         ds = prefetch_to_gpu(ds, opts.prefetch_to_device)
     else:
         _target_device(opts.prefetch_to_device, input_context, ds.element_spec)  # rejects True / a device
     ds.loader_stats = stats
+    ds.loader_resume = resume
+    if staged is not None:
+        ds._tfrecord_io_lifetime = _Lifetime([staged])
     return ds
+
+
+def _counts_from_indexes(table: _FileTable) -> None:
+    """Files without a manifest count: take it from their record index, where they have one."""
+    missing = [k for k, f in enumerate(table.files) if f.records is None]
+    if not missing:
+        return
+    found = table.load_indexes()
+    table.files = tuple(dataclasses.replace(f, records=found[k].records) if f.records is None and found[k] is not None
+                        else f for k, f in enumerate(table.files))
+
+
+def _batches_per_epoch(counts, share: _Share | None, batch: int, drop_remainder: bool) -> int | None:
+    records = share.records if share is not None else (sum(counts) if None not in counts else None)
+    if records is None:
+        return None
+    return records // batch if drop_remainder else -(-records // batch)
+
+
+def _window_pipeline(table: _FileTable, opts: LoaderOptions, stats: LoaderStats, share: _Share | None, batch: int,
+                     pipeline_files: Sequence[int] | None):
+    """``(key, epoch, skip, token) -> the epoch's batches`` (unparsed) for ``shuffle=True`` or False,
+    the tf.data options the pipeline needs and the shard cache it stages files in (None: none)."""
+    import tensorflow as tf
+
+    if not table.files:
+        return (lambda key, epoch, skip, token: tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string)),
+                None, None)
+    reader = _Reader(table, opts, stats, share, pipeline_files)
+    threads = None
+    if reader.cache is not None:
+        # Up to 3 x cycle workers may be waiting in fetch() at once: give them threads of their
+        # own, beyond one per CPU for the work (see the module doc).
+        threads = tf.data.Options()
+        threads.threading.private_threadpool_size = _usable_cpus() + _SHARDS_PER_CYCLE * reader.cycle
+
+    def epoch_batches(key, epoch, skip, token):
+        chunks = reader.epoch(key, epoch, token)
+        if opts.shuffle is True:
+            chunks = _shuffle_windows(chunks, key, epoch, opts)
+        return chunks.rebatch(batch, drop_remainder=opts.drop_remainder).skip(skip)
+
+    return epoch_batches, threads, reader.cache
+
+
+def _global_pipeline(table: _FileTable, src: Source, opts: LoaderOptions, stats: LoaderStats, share: _Share | None,
+                     batch: int):
+    """``(key, epoch, skip, token) -> the epoch's batches`` (unparsed) for ``shuffle="global"``, and
+    the local copies it reads (None: none)."""
+    import tensorflow as tf
+
+    compressed = [f.uri for f in table.files if f.compression != "none"]
+    if compressed:
+        raise ValueError(f"shuffle='global' reads records at their offsets, which a gzip or zlib stream does not "
+                         f"allow: {compressed[0]} is {table.files[0].compression}-compressed (use shuffle=True, "
+                         f"or write uncompressed shards)")
+    indexes = table.load_indexes()
+    lacking = [f.uri for f, ix in zip(table.files, indexes) if ix is None]
+    if lacking:
+        raise ValueError(f"shuffle='global' needs every file's record index; {len(lacking)} of {len(table.files)} "
+                         f"have none ({lacking[0]}, ...): a tfrecord-io output has them, `tfrecord-io index "
+                         f"SOURCE` writes them for other files")
+    staged = None
+    if not all(tf_can_open(f.uri) for f in table.files):
+        staged = _Staged(table.files, opts.cache_dir, opts.downloads)
+    reader = _RecordReader(table, indexes, staged, opts.on_corrupt, stats)
+    total = int(reader.starts[-1])
+    if share is None:
+        share = _Share(0, total, total)
+
+    def epoch_batches(key, epoch, skip, token):
+        if total == 0:
+            return tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string))
+        records = _global_epoch(reader, share, key, epoch, skip * batch, opts)
+        return records.rebatch(batch, drop_remainder=opts.drop_remainder)
+
+    return epoch_batches, staged
 
 
 def input_fn(source, **options):
     """A ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
 
     ``options`` are :func:`make_dataset`'s (``batch_size`` is the global batch size); each input
-    pipeline reads its own share of the files with the per-replica batch size.  The source is
-    resolved (manifest read) once, here; ``dataset_fn.loader_stats`` counts for all pipelines.
+    pipeline reads its equal share of each epoch's records (see "Equal work per input pipeline"
+    in the module doc) with the per-replica batch size.  The source is resolved (manifest read)
+    once, here; ``dataset_fn.loader_stats`` counts for all pipelines, ``dataset_fn.loader_resume``
+    steers them all (:class:`tfrecord_io.engines.resume.BackupAndRestore`).
     """
     if "input_context" in options:
         raise TypeError("input_fn() passes input_context itself; do not give it")
     if "batch_size" not in options:
         raise TypeError("input_fn() needs batch_size= (the global batch size)")
     option_names = {f.name for f in dataclasses.fields(LoaderOptions)}
-    unknown = set(options) - option_names - {"schema", "stats"}
+    unknown = set(options) - option_names - {"schema", "stats", "features", "resume"}
     if unknown:
         raise TypeError(f"input_fn() got unknown option(s) {sorted(unknown)}")
     LoaderOptions(**{k: v for k, v in options.items() if k in option_names})  # fail here, not per worker
     src = resolve_source(source, options.get("compression", "auto"))
     _resolve_schema(options.get("schema"), src)
     stats = options.pop("stats", None) or LoaderStats()
+    resume = options.pop("resume", None) or LoaderResume()
 
     def dataset_fn(input_context):
-        return make_dataset(src, input_context=input_context, stats=stats, **options)
+        return make_dataset(src, input_context=input_context, stats=stats, resume=resume, **options)
 
     dataset_fn.loader_stats = stats
+    dataset_fn.loader_resume = resume
     dataset_fn.source = src
     return dataset_fn
 
 
-def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remainder: bool = False) -> int:
+def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remainder: bool = False,
+                    remainder: str = "drop") -> int:
     """Batches per epoch, from the manifest's record counts (no data is read).
 
     Without ``input_context``: exactly the batches one epoch of ``make_dataset(source,
     batch_size=batch_size, drop_remainder=...)`` yields: ``ceil(records / batch_size)``
-    (``floor`` with ``drop_remainder``).  With one: the global steps every input pipeline can
-    fill with full per-replica batches for all its replicas, ``min over pipelines of
-    floor(records_p / (per_replica_batch * replicas_per_pipeline))``.
+    (``floor`` with ``drop_remainder``).  With one: the global steps of an epoch, which every
+    input pipeline of ``input_fn(source, batch_size=batch_size, remainder=...)`` fills with full
+    per-replica batches for all its replicas: ``records // batch_size`` (``remainder="drop"``) or
+    ``ceil(records / batch_size)`` (``"pad"``), ``batch_size`` being the global batch.
     """
-    LoaderOptions(batch_size=batch_size)
+    LoaderOptions(batch_size=batch_size, remainder=remainder)
     src = resolve_source(source)
     if src.total_records is None:
         raise ValueError(f"steps_per_epoch needs record counts from a _manifest.json; {src.uri} "
                          f"is not an output directory of tfrecord-io (count the records, or use "
                          f"num_epochs=None with your own steps)")
+    total = src.total_records
     if input_context is None:
-        total = src.total_records
         return total // batch_size if drop_remainder else math.ceil(total / batch_size)
     per_replica = input_context.get_per_replica_batch_size(batch_size)
+    share = _share([total], input_context, per_replica, remainder)
     pipelines = input_context.num_input_pipelines
-    replicas_per_pipeline = max(1, input_context.num_replicas_in_sync // pipelines)
-    steps = []
-    for p in range(pipelines):
-        if len(src.files) < pipelines:  # each pipeline keeps every n-th record (see _pipeline_files)
-            records = (src.total_records - p + pipelines - 1) // pipelines
-        else:
-            records = sum(f.records for f in src.files[p::pipelines])
-        steps.append(records // (per_replica * replicas_per_pipeline))
-    return min(steps)
+    return share.records // (per_replica * max(1, input_context.num_replicas_in_sync // pipelines))

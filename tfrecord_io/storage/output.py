@@ -5,12 +5,15 @@ A finished output directory holds::
     part-00000-of-00004.tfrecord[.gz|.zlib]   the records, one file per shard
     _rejects/part-00000.jsonl                  rows that did not convert, one JSON object each:
                                                {"source", "line", "raw", "reason"}
-    _manifest.json                             files with record counts and sizes, totals, schema
+    _manifest.json                             files with record counts and sizes, each shard's record
+                                               index (tfrecord_io.storage.index), totals, schema
     _SUCCESS                                   written last: the output is complete
 
 Exactly-once: a task attempt writes only under ``_temporary/<attempt>/`` and reports what
-it wrote.  The driver, once the whole job has succeeded, moves exactly one reported
-attempt per shard into place (Spark and Beam report only the winning attempt of a task),
+it wrote; each shard's record index is written beside it there (``<attempt>/_index/<name>.idx``),
+by the same framing pass, and found from the shard's temporary path.  The driver, once the
+whole job has succeeded, moves exactly one reported attempt per shard into place and takes its
+index into the manifest (Spark and Beam report only the winning attempt of a task),
 deletes ``_temporary`` with whatever failed or losing attempts left there, and writes
 ``_manifest.json`` and then ``_SUCCESS``.  Readers that wait for ``_SUCCESS`` never see a
 partial output.
@@ -28,6 +31,8 @@ from typing import Iterable
 
 from tfrecord_io.storage import fs
 from tfrecord_io.core.framing import TFRecordWriter, extension_for, normalize_compression
+from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
+                                       read_index)
 
 MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
@@ -83,7 +88,7 @@ class RejectLimitExceeded(RuntimeError):
 
 def _owned(name: str) -> bool:
     """Whether an entry of an output directory is one a conversion writes there."""
-    return name in (MANIFEST, SUCCESS, REJECTS, TEMPORARY) or _SHARD_NAME.fullmatch(name) is not None
+    return name in (MANIFEST, SUCCESS, REJECTS, TEMPORARY, INDEX_DIR) or _SHARD_NAME.fullmatch(name) is not None
 
 
 _SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
@@ -103,8 +108,8 @@ def _canonical(uri: str) -> tuple[str, str]:
     Local paths and ``file://`` URIs resolve symlinks; ``hdfs://`` URIs compare by path alone
     (``hdfs://nn:8020/a`` and ``hdfs://127.0.0.1:8020/a`` may be the same NameNode).
     """
-    if uri.startswith("hdfs://"):
-        path = "/" + uri[len("hdfs://"):].partition("/")[2]
+    if fs.is_hdfs(uri):
+        path = "/" + uri.split("://", 1)[1].partition("/")[2]
         return "hdfs", posixpath.normpath(path)
     path = fs._local_path(uri)  # noqa: SLF001 - the one place file:// URIs are parsed
     return "local", os.path.realpath(path)
@@ -151,7 +156,7 @@ def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
     Raises :class:`OutputOverlapsInput` for an output that overlaps an input and
     FileExistsError for an existing output that may not be replaced: without ``overwrite``,
     or (even with it) when the directory holds anything a conversion does not write
-    (``part-*.tfrecord*``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
+    (``part-*.tfrecord*``, ``_index``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
     A directory that holds only ``_temporary`` is what a failed run left: it is cleared
     without ``overwrite`` too (a run that fails never blocks the next).
     """
@@ -203,11 +208,16 @@ def attempt_dir(output: str, attempt: str) -> str:
 
 
 def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str) -> WrittenFile:
-    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file."""
+    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file,
+    and its record index beside it (``_index/<name>.idx``, from the same framing pass)."""
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
-    with fs.open(temp_path, "wb") as f, TFRecordWriter(f, compression=normalize_compression(compression)) as w:
-        for batch in records:
-            w.write_batch(batch)
+    comp = normalize_compression(compression)
+    with fs.open(temp_path, "wb") as f, fs.open(index_uri(temp_path), "wb") as fi:
+        index = IndexWriter(fi, index_uri(temp_path))
+        with TFRecordWriter(f, compression=comp, index=index) as w:
+            for batch in records:
+                w.write_batch(batch)
+        index.finish(w.bytes_written, comp)
     return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
 
 
@@ -251,9 +261,10 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
     """
     _check_files(files, totals.records)
     check_reject_fraction(totals, max_reject_fraction)
+    indexes = _indexes(files)
     _move(output, [*files, *rejects])
     fs.delete(fs.join(output, TEMPORARY), recursive=True)
-    manifest = _manifest(engine, schema, compression, files, rejects, totals)
+    manifest = _manifest(engine, schema, compression, files, rejects, totals, indexes)
     if totals.present is not None:
         manifest["present"] = dict(totals.present)
     _finish(output, manifest)
@@ -279,18 +290,20 @@ def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[W
         by_split[name].append(f)
     for name in splits.names:
         fs.makedirs(fs.join(output, name))
+    indexes = _indexes(files)
     _move(output, [*files, *rejects])
     fs.delete(fs.join(output, TEMPORARY), recursive=True)
     summary = {}
     for name, split_files in by_split.items():
         n = sum(f.records for f in split_files)
         local = [WrittenFile(f.temp_path, f.final_name.partition("/")[2], f.records, f.bytes) for f in split_files]
-        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0))
+        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
+                             {f.final_name.partition("/")[2]: indexes[f.final_name] for f in split_files})
         manifest["split"] = {"name": name, **splits.to_dict()}
         _finish(fs.join(output, name), manifest)
         summary[name] = {"records": n, "files": len(split_files)}
-    top = _manifest(engine, schema, compression, [], rejects, totals)
-    del top["files"]
+    top = _manifest(engine, schema, compression, [], rejects, totals, {})
+    del top["files"], top["index"]
     top["splits"] = summary
     top["split_config"] = splits.to_dict()
     _finish(output, top)
@@ -312,8 +325,29 @@ def _move(output: str, files: list[WrittenFile]) -> None:
         fs.rename(f.temp_path, fs.join(output, f.final_name))
 
 
+def _indexes(files: list[WrittenFile]) -> dict[str, str]:
+    """Each shard's record index, read from beside its temporary file (before the commit moves it),
+    encoded for the manifest: ``{final name: encode_lengths(...)}``.  Read in parallel (on HDFS
+    each is a small remote read)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(f: WrittenFile) -> str:
+        try:
+            index = read_index(index_uri(f.temp_path))
+        except FileNotFoundError as e:
+            raise RuntimeError(f"the record index of {f.final_name} is missing from its task attempt "
+                               f"({index_uri(f.temp_path)}): every shard is written with one by output.write_shard; "
+                               f"are the executors running another tfrecord-io version?") from e
+        if index.records != f.records:
+            raise RuntimeError(f"{index.uri}: {index.records} records, but its task reported {f.records}")
+        return encode_lengths(index.lengths)
+
+    with ThreadPoolExecutor(max(1, min(8, len(files)))) as pool:
+        return dict(zip((f.final_name for f in files), pool.map(one, files)))
+
+
 def _manifest(engine: str, schema, compression: str, files: list[WrittenFile], rejects: list[WrittenFile],
-              totals: ConversionTotals) -> dict:
+              totals: ConversionTotals, indexes: dict[str, str]) -> dict:
     return {
         "format_version": MANIFEST_VERSION,
         "engine": engine,
@@ -323,6 +357,8 @@ def _manifest(engine: str, schema, compression: str, files: list[WrittenFile], r
         "schema": schema.to_dict(),
         "files": [{"path": f.final_name, "records": f.records, "bytes": f.bytes}
                   for f in sorted(files, key=lambda f: f.final_name)],
+        "index": {"version": MANIFEST_INDEX_VERSION,
+                  "lengths": {name: indexes[name] for name in sorted(f.final_name for f in files)}},
         "rejects": [{"path": f.final_name, "rows": f.records} for f in sorted(rejects, key=lambda f: f.final_name)],
         "totals": totals.as_dict(),
     }
@@ -339,17 +375,20 @@ def _finish(directory: str, manifest: dict) -> None:
 def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str],
                        compression: str) -> list[WrittenFile]:
     """Write ``(records, split index per record)`` batches to one temporary file per split
-    (``final_names[i]`` for split i); returns what was written, empty files included."""
+    (``final_names[i]`` for split i), each with its record index; returns what was written,
+    empty files included."""
     import numpy as np
     import pyarrow as pa
 
     comp = normalize_compression(compression)
     paths = [fs.join(attempt_dir(output, attempt), name) for name in final_names]
-    handles, writers = [], []
+    handles, writers, indexes = [], [], []
     try:
         for path in paths:
             handles.append(fs.open(path, "wb"))
-            writers.append(TFRecordWriter(handles[-1], compression=comp))
+            handles.append(fs.open(index_uri(path), "wb"))
+            indexes.append(IndexWriter(handles[-1], index_uri(path)))
+            writers.append(TFRecordWriter(handles[-2], compression=comp, index=indexes[-1]))
         for records, which in batches:
             which = np.asarray(which)
             for i, w in enumerate(writers):
@@ -358,8 +397,9 @@ def write_split_shards(batches: Iterable, output: str, attempt: str, final_names
                     w.write_batch(records)
                 elif mask.any():
                     w.write_batch(records.filter(pa.array(mask)))
-        for w in writers:
+        for w, index in zip(writers, indexes):
             w.close()
+            index.finish(w.bytes_written, comp)
     finally:
         for h in handles:
             h.close()

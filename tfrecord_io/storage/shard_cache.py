@@ -13,25 +13,37 @@ Bounds (per :class:`ShardCache`, i.e. per ``make_dataset`` call)::
     local disk   <= max_files shards (downloaded, downloading or being read)
     memory       <= download_threads x the packets of one streamed read (fs.get_file)
 
-A pass (one epoch of one iterator) is opened and closed by :meth:`ShardCache.owner`.  The reader
-gives the pass its shards in reading order with :meth:`ShardCache.plan` (which returns at once
-and starts downloading ahead), asks for each shard's local copy with :meth:`ShardCache.fetch`
-(from any thread: the loader calls it from a parallel interleave's workers, as each one starts
-reading its next file) and hands it back with :meth:`ShardCache.release` when it reaches the
-shard's end.  Free slots go to downloading the next shards of the pass ahead of the reader.
-tf.data closes the owner when the pipeline is torn down, so an early stop (``take``, an error,
-a deleted iterator) leaves nothing behind.  Rules that keep this deadlock-free:
+A *pass* is one reader's ordered walk over shards (the loader: one epoch of one iterator), named
+by an integer the reader chooses.  :meth:`ShardCache.plan` gives it its shards in reading order;
+:meth:`ShardCache.want` says, in order, which shard the reader takes up next (the loader: as its
+parallel interleave takes each shard in, before it opens it) and starts its download;
+:meth:`ShardCache.fetch` hands out a shard's local copy once downloaded (from any thread: the
+loader calls it from the interleave's workers, as each one starts reading its shard);
+:meth:`ShardCache.touch` says a shard is still being read (and copies it again if it had to make
+room, see below); :meth:`ShardCache.release` hands it back, deleting it.  Free slots go to
+downloading the next shards of the pass, after the last one wanted, ahead of the reader.
+
+Nothing here lives in the reader's (tf.data's) state, so a reader restored from a checkpoint in
+a new process just plans its pass again and asks for the shards it holds and then the next ones:
+downloads start where it is, never at the pass's beginning.  Rules that keep this deadlock-free:
 
 * nothing ever waits for a *release*, i.e. for the reader's progress: py_functions run on the
-  same few threads as the rest of the pipeline, so such a wait could hang it.  ``fetch`` only
-  waits for a download, which progresses on the cache's own threads;
-* so a shard the reader asks for is always fetched, even when the cache is full (``over_bound``
-  counts it; it cannot happen while ``max_files`` is at least the number of shards the reader
-  holds: a parallel interleave holds its ``cycle_length`` open files plus ``2 x cycle_length``
-  it opens ahead, and the loader defaults ``max_files`` to ``3 x cycle_length``).
+  same few threads as the rest of the pipeline, so such a wait could hang it.  ``fetch`` and
+  ``touch`` only wait for a download, which progresses on the cache's own threads;
+* so a shard the reader asks for is always fetched.  When the cache is full, room is made by
+  deleting a copy downloaded ahead of this pass's reader, past the shard asked for, or else by
+  evicting shards of *other* passes -- copies not yet handed out first, then the least recently
+  touched -- which a pass still alive copies again on its next ``touch`` (a pass whose iterator
+  was dropped mid-way never hands its shards back: tf.data tells Python nothing when it deletes
+  an iterator, so this is how its shards go).  Only with nothing to evict does a fetch go over
+  the bound (``over_bound`` counts it; it cannot happen while ``max_files`` is at least the
+  shards one reader holds: a parallel interleave holds its ``cycle_length`` open files plus
+  ``2 x cycle_length`` it opens ahead, and the loader defaults ``max_files`` to ``3 x cycle_length``).
 
-The loader (:func:`tfrecord_io.engines.tfdata.tf_can_open`) reads a scheme that TensorFlow has a
-working filesystem for directly, with no cache.  This module imports no TensorFlow.
+The staging directory is removed by :meth:`ShardCache.close`, when the cache is garbage
+collected (the dataset that holds it is gone) or at interpreter exit.  The loader
+(:func:`tfrecord_io.engines.tfdata.tf_can_open`) reads a scheme that TensorFlow has a working
+filesystem for directly, with no cache.  This module imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -41,16 +53,18 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from tfrecord_io.storage import fs
 
 __all__ = ["CacheStats", "ShardCache", "scheme_of"]
 
 log = logging.getLogger(__name__)
+
 
 def scheme_of(uri: str) -> str:
     """``"hdfs"`` for ``hdfs://...``; ``""`` for a plain local path."""
@@ -65,6 +79,7 @@ class CacheStats:
     downloaded_bytes: int = 0
     files_on_disk: int = 0       # shards holding a slot right now
     max_files_on_disk: int = 0   # the most at any one time
+    evicted: int = 0             # shards of other passes deleted to make room
     over_bound: int = 0          # shards fetched beyond max_files because the reader asked for them
 
     def as_dict(self) -> dict:
@@ -72,26 +87,29 @@ class CacheStats:
 
 
 class _Aborted(Exception):
-    """A download stopped because its pass was closed."""
+    """A download stopped because its pass was closed or its copy evicted."""
 
 
 class _Session:
-    """One pass of a reader over an ordered list of shards (one epoch of one iterator)."""
+    """One pass of a reader over an ordered list of shards."""
 
-    def __init__(self, sid: int, directory: str):
+    def __init__(self, sid: int, directory: str, uris: list[str]):
         self.sid = sid
         self.dir = directory
-        self.uris: list[str] | None = None  # set by plan()
-        self.futures: dict[int, Future] = {}
-        self.slots: set[int] = set()      # indices holding a slot: downloading, on disk or being read
-        self.local: dict[str, int] = {}   # local path -> index, from the download's start to release
-        self.next_start = 0               # lowest index whose download has not started
+        self.uris = uris
+        self.futures: dict[int, Future] = {}  # index -> its current download (absent: none, or evicted)
+        self.slots: set[int] = set()          # indices holding a slot: downloading, on disk or being read
+        self.handed: set[int] = set()         # indices handed to the reader and not released
+        self.used: dict[int, float] = {}      # index -> when the reader last fetched or touched it
+        self.next_start = 0                   # look-ahead: the next index after the last one wanted
+        self.ahead: set[int] = set()          # indices whose download the look-ahead started
+        self.copies = 0                       # downloads started (each has its own number)
+        self.current: dict[int, int] = {}     # index -> the number of the download that is its copy
         self.aborted = False
 
     def done(self) -> bool:
         """Closed, or every shard's download started and every slot handed back."""
-        started_all = self.uris is not None and self.next_start >= len(self.uris)
-        return (self.aborted or started_all) and not self.slots
+        return (self.aborted or self.next_start >= len(self.uris)) and not self.slots
 
     def local_path(self, index: int) -> str:
         base = self.uris[index].rstrip("/").rsplit("/", 1)[-1]
@@ -110,9 +128,6 @@ class ShardCache:
     directory is made (default: the system temp dir); it is removed by :meth:`close`, at
     garbage collection or when the interpreter exits.  ``download_threads``: shards copied in
     parallel.
-
-    The reader's side, per pass: :meth:`owner` opens and closes the pass, :meth:`plan` sets its
-    shards, :meth:`fetch` hands out each one's local copy, :meth:`release` deletes it once read.
     """
 
     def __init__(self, max_files: int, *, cache_dir: str | None = None, download_threads: int = 2):
@@ -127,77 +142,93 @@ class ShardCache:
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._sessions: dict[int, _Session] = {}
-        self._by_path: dict[str, _Session] = {}
-        self._next_sid = 0
+        self._by_path: dict[str, tuple[_Session, int]] = {}
         self._warned = False
+        self._closed = False
         self._pool = ThreadPoolExecutor(download_threads, thread_name_prefix="tfrecord-io-download")
         self._finalizer = weakref.finalize(self, _cleanup, self.root, self._pool)
 
     def close(self) -> None:
         """Stop all downloads and delete the staging directory."""
         with self._lock:
+            self._closed = True
             for session in list(self._sessions.values()):
                 self._abort_locked(session)
         self._finalizer()
 
     # -- the reader's side ------------------------------------------------------------------
 
-    def owner(self) -> Iterator[int]:
-        """A one-element generator that opens a pass, yields its id, and closes it when finished.
+    def plan(self, pass_id: int, uris: Sequence) -> None:
+        """Open pass ``pass_id`` over ``uris`` (in reading order); again with the same shards: nothing.
 
-        The loader reads each pass as ``from_generator(cache.owner).flat_map(lambda pass_id:
-        <plan(pass_id, uris), then an interleave over fetch(pass_id, i)>)``.  flat_map asks the
-        owner for its next element only once the pass has been read to its end, and tf.data
-        closes the owner when the pipeline is torn down mid-pass (iterator deleted, ``take``,
-        an error).  Either way every shard of the pass still on disk is deleted then, including
-        shards handed to the interleave that it had not opened yet.
+        Starts no download: :meth:`want` and :meth:`fetch` start them from the shards asked for
+        (a pass restored mid-way asks first for where it is).
         """
-        session = self._open_session()
-        try:
-            yield session.sid
-        finally:
-            with self._lock:
-                self._abort_locked(session)
-
-    def plan(self, pass_id: int, uris: Sequence[str]) -> None:
-        """Set the pass's shards (in reading order) and start downloading ahead.
-
-        ``pass_id`` comes from :meth:`owner`.  The reader then asks for each shard with
-        :meth:`fetch`, from any thread.
-        """
+        uris = [u.decode("utf-8") if isinstance(u, bytes) else str(u) for u in uris]
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the shard cache is closed")
             session = self._sessions.get(int(pass_id))
-            if session is None or session.aborted or session.uris is not None:
-                raise RuntimeError(f"shard cache pass {int(pass_id)} is not open (or already planned)")
-            session.uris = [u.decode("utf-8") if isinstance(u, bytes) else str(u) for u in uris]
+            if session is not None:
+                if session.uris != uris:
+                    raise RuntimeError(f"shard cache pass {int(pass_id)} was planned with other shards")
+                return
+            directory = os.path.join(self.root, f"pass-{int(pass_id) & 0xFFFFFFFFFFFF:012x}")
+            os.makedirs(directory, exist_ok=True)
+            self._sessions[int(pass_id)] = _Session(int(pass_id), directory, uris)
+
+    def want(self, pass_id: int, index: int) -> None:
+        """The reader takes up shard ``index`` of the pass next (called in reading order): start its
+        download (making room if need be, see the module doc), and the look-ahead after it."""
+        with self._lock:
+            session = self._open_locked(pass_id)
+            index = int(index)
+            self._request_locked(session, index)
+            session.next_start = max(session.next_start, index + 1)
             self._fill_locked()
 
     def fetch(self, pass_id: int, index: int) -> str:
         """The local copy of shard ``index`` of a :meth:`plan`-ned pass, once fully copied.
 
-        Starts its download if it has not started (even over the bound: see the module doc),
-        then waits for it -- never for the reader.  Re-raises a failed download's error, which
-        names the remote URI.  Hand the path back with :meth:`release` once read.
+        Starts its download if it has not started, then waits for it -- never for the reader.
+        Re-raises a failed download's error, which names the remote URI.  Hand the path back
+        with :meth:`release` once read.
         """
         with self._lock:
-            session = self._sessions.get(int(pass_id))
-            if session is None or session.aborted or session.uris is None:
-                raise RuntimeError(f"shard cache pass {int(pass_id)} is not open")
-        future = self._request(session, int(index))
-        try:
-            return future.result()
-        except CancelledError as e:
-            raise RuntimeError(f"the shard cache pass was closed while {session.uris[index]} "
-                               f"was being copied") from e
+            session = self._open_locked(pass_id)
+            index = int(index)
+            future = self._request_locked(session, index)
+        path = self._wait(session, index, future)
+        with self._lock:
+            session.handed.add(index)
+            session.used[index] = time.monotonic()
+        return path
+
+    def touch(self, local_path: str) -> None:
+        """The reader is still reading ``local_path``: keep it, or copy it again if it was evicted."""
+        with self._lock:
+            found = self._by_path.get(local_path)
+            if found is None:
+                raise RuntimeError(f"{local_path} is not a shard handed out by this cache")
+            session, index = found
+            session.used[index] = time.monotonic()
+            future = session.futures.get(index)
+            if future is not None:
+                return
+            future = self._request_locked(session, index)
+        self._wait(session, index, future)
 
     def release(self, local_path: str) -> None:
         """The reader is done with ``local_path``: delete it and use its slot for the next shard."""
         with self._lock:
-            session = self._by_path.pop(local_path, None)
-            if session is None:
+            found = self._by_path.pop(local_path, None)
+            if found is None:
                 return  # already released, or its pass was closed
-            index = session.local.pop(local_path)
-            future = session.futures.get(index)
+            session, index = found
+            session.handed.discard(index)
+            session.used.pop(index, None)
+            future = session.futures.pop(index, None)
+            session.current.pop(index, None)
             if future is not None and not future.done():
                 future.cancel()  # released unread (e.g. its reader failed): the download cleans up
             if future is None or future.done():
@@ -208,49 +239,82 @@ class ShardCache:
 
     # -- internals (the caller holds self._lock where the name says so) ------------------------
 
-    def _open_session(self) -> _Session:
-        with self._lock:
-            sid = self._next_sid
-            self._next_sid += 1
-            directory = os.path.join(self.root, f"pass-{sid:06d}")
-            os.makedirs(directory)
-            session = _Session(sid, directory)
-            self._sessions[sid] = session
-            return session
+    def _wait(self, session: _Session, index: int, future: Future) -> str:
+        try:
+            return future.result()
+        except CancelledError as e:
+            raise RuntimeError(f"the shard cache pass was closed while {session.uris[index]} "
+                               f"was being copied") from e
 
-    def _request(self, session: _Session, index: int) -> Future:
-        with self._lock:
-            future = session.futures.get(index)
-            if future is None:
-                if self.stats.files_on_disk >= self.max_files:
-                    self.stats.over_bound += 1
-                    if not self._warned:
-                        self._warned = True
-                        log.warning("the reader holds more shards than the cache bound (%d); fetching %s "
-                                    "anyway (raise cache_files)", self.max_files, session.uris[index])
-                future = self._start_locked(session, index)
-            return future
+    def _open_locked(self, pass_id: int) -> _Session:
+        session = self._sessions.get(int(pass_id))
+        if session is None or session.aborted:
+            raise RuntimeError(f"shard cache pass {int(pass_id)} is not open")
+        return session
+
+    def _request_locked(self, session: _Session, index: int) -> Future:
+        future = session.futures.get(index)
+        session.ahead.discard(index)  # asked for: no longer a look-ahead copy
+        if future is None:
+            if self.stats.files_on_disk >= self.max_files and not self._evict_locked(session, index):
+                self.stats.over_bound += 1
+                if not self._warned:
+                    self._warned = True
+                    log.warning("the reader holds more shards than the cache bound (%d); fetching %s "
+                                "anyway (raise cache_files)", self.max_files, session.uris[index])
+            future = self._start_locked(session, index)
+        return future
 
     def _start_locked(self, session: _Session, index: int) -> Future:
-        # Downloads start in order; asking for index i also starts every earlier one not started.
-        while session.next_start <= index:
-            i = session.next_start
-            session.next_start += 1
-            session.slots.add(i)
-            path = session.local_path(i)
-            session.local[path] = i
-            self._by_path[path] = session
-            self.stats.files_on_disk += 1
-            self.stats.max_files_on_disk = max(self.stats.max_files_on_disk, self.stats.files_on_disk)
-            session.futures[i] = self._pool.submit(self._download, session, i)
-        return session.futures[index]
+        path = session.local_path(index)
+        session.slots.add(index)
+        self._by_path[path] = (session, index)
+        self.stats.files_on_disk += 1
+        self.stats.max_files_on_disk = max(self.stats.max_files_on_disk, self.stats.files_on_disk)
+        session.copies += 1
+        session.current[index] = session.copies
+        future = session.futures[index] = self._pool.submit(self._download, session, index, session.copies)
+        return future
 
     def _fill_locked(self) -> None:
         """Start look-ahead downloads while there are free slots (oldest pass first)."""
         for session in sorted(self._sessions.values(), key=lambda s: s.sid):
             while (self.stats.files_on_disk < self.max_files and not session.aborted
-                   and session.uris is not None and session.next_start < len(session.uris)):
-                self._start_locked(session, session.next_start)
+                   and session.next_start < len(session.uris)):
+                i = session.next_start
+                session.next_start += 1
+                if i not in session.futures and i not in session.handed:
+                    self._start_locked(session, i)
+                    session.ahead.add(i)
+
+    def _evict_locked(self, requester: _Session, wanted: int) -> bool:
+        """Make room for shard ``wanted`` of ``requester``: delete a copy the look-ahead made of one of
+        its later shards (the furthest), else one copied shard of another pass -- one not handed
+        out yet, else the least recently touched; False when there is none."""
+        def copied(s: _Session, index: int) -> bool:
+            future = s.futures.get(index)
+            return future is not None and future.done() and not future.cancelled() and future.exception() is None
+
+        ahead = [i for i in requester.ahead if i > wanted and copied(requester, i)]
+        if ahead:  # the reader asks for it again when it gets there
+            session, index = requester, max(ahead)
+        else:
+            candidates = [(index in s.handed, s.used.get(index, 0.0), s.sid, index, s)
+                          for s in self._sessions.values() if s is not requester
+                          for index in list(s.futures) if copied(s, index)]
+            if not candidates:
+                return False
+            *_, index, session = min(candidates, key=lambda c: c[:4])
+        session.ahead.discard(index)
+        del session.futures[index]
+        session.current.pop(index, None)
+        _remove(session.local_path(index))
+        self._free_slot_locked(session, index)
+        if index not in session.handed:
+            self._by_path.pop(session.local_path(index), None)
+        self.stats.evicted += 1
+        self._maybe_finish_locked(session)
+        return True
 
     def _free_slot_locked(self, session: _Session, index: int) -> None:
         if index in session.slots:
@@ -259,7 +323,7 @@ class ShardCache:
 
     def _maybe_finish_locked(self, session: _Session) -> None:
         """Forget a pass, and remove its directory, once it holds no slot and will take no more."""
-        if session.done() and session.sid in self._sessions:
+        if session.done() and not session.handed and self._sessions.get(session.sid) is session:
             del self._sessions[session.sid]
             shutil.rmtree(session.dir, ignore_errors=True)
 
@@ -270,19 +334,19 @@ class ShardCache:
         itself, so the count of files on disk never drops below what is there.
         """
         session.aborted = True
-        for path, index in list(session.local.items()):
-            future = session.futures[index]
+        session.handed.clear()
+        for index, future in list(session.futures.items()):
             if future.cancel() or future.done():
-                self._by_path.pop(path, None)
-                del session.local[path]
-                _remove(path)
+                self._by_path.pop(session.local_path(index), None)
+                del session.futures[index]
+                _remove(session.local_path(index))
                 self._free_slot_locked(session, index)
         self._maybe_finish_locked(session)
 
-    def _download(self, session: _Session, index: int) -> str:
+    def _download(self, session: _Session, index: int, copy: int) -> str:
         uri = session.uris[index]
         local = session.local_path(index)
-        part = local + ".part"
+        part = f"{local}.{copy}.part"
         try:
             try:
                 copied = fs.get_file(uri, part, cancelled=lambda: session.aborted)
@@ -292,22 +356,22 @@ class ShardCache:
         except BaseException:
             _remove(part)
             with self._lock:
-                self._forget_locked(session, index, local)
+                self._forget_locked(session, index)
             raise
         with self._lock:
-            if session.aborted or local not in session.local:  # closed or released meanwhile
+            if session.aborted or index not in session.futures or session.current.get(index) != copy:
+                # closed, released or evicted meanwhile
                 _remove(local)
-                self._forget_locked(session, index, local)
+                self._forget_locked(session, index)
                 raise _Aborted(uri)
             self.stats.downloaded_files += 1
             self.stats.downloaded_bytes += copied
         return local
 
-    def _forget_locked(self, session: _Session, index: int, local: str) -> None:
+    def _forget_locked(self, session: _Session, index: int) -> None:
         """A download that will not be read: drop its slot (its file is already gone)."""
-        if session.aborted:
-            self._by_path.pop(local, None)
-            session.local.pop(local, None)
+        if session.aborted or index not in session.handed:
+            self._by_path.pop(session.local_path(index), None)
         self._free_slot_locked(session, index)
         self._maybe_finish_locked(session)
 
