@@ -27,6 +27,7 @@ import tfrecord_io
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
+from tfrecord_io.core.framing import CorruptRecordError
 from tfrecord_io.engines.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
 from tfrecord_io.storage.index import build_index
 from tfrecord_io.storage.schema_io import load_schema
@@ -501,8 +502,26 @@ def test_corrupt_file_error_names_file_and_offset(tmp_path):
     with pytest.raises(tf.errors.OpError) as info:
         list(ds)
     message = info.value.message
-    assert f"{bad}: corrupt TFRecord at byte offset {offset}: data CRC" in message
-    assert "CorruptRecordError" in message
+    # Our line first (logs that cut TensorFlow's text keep it), what to do, TensorFlow's error as the cause.
+    assert message.startswith(f"{bad}: corrupt TFRecord at byte offset {offset}: data CRC: ")
+    assert f"`tfrecord-io verify {bad}`" in message and 'on_corrupt="skip"' in message
+    assert "function_node" not in message and "Traceback" not in message, message
+    assert isinstance(info.value, CorruptRecordError) and isinstance(info.value, type(info.value.__cause__))
+    assert (info.value.path, info.value.offset, info.value.check) == (bad, offset, "data CRC")
+    assert str(info.value) == message
+    assert "CorruptRecordError" in info.value.__cause__.message  # TensorFlow's own text, kept as the cause
+
+    # The same through next() and after transformations TensorFlow's text carries our line right
+    # after its function tag; errors that are not the loader's pass as TensorFlow raised them.
+    with pytest.raises(CorruptRecordError):
+        it = iter(ds)
+        while True:
+            next(it)
+    with pytest.raises(tf.errors.OpError) as info:
+        list(ds.map(lambda *batch: batch))
+    assert not isinstance(info.value, CorruptRecordError)
+    assert re.match(r"\{\{function_node [^}]+\}\} (Error in user-defined function[^:]*: \S+: )?CorruptRecordError: "
+                    + re.escape(f"{bad}: corrupt TFRecord"), info.value.message), info.value.message[:400]
 
 
 def test_truncated_file_error(tmp_path):
@@ -712,7 +731,8 @@ def test_hdfs_shard_gone_before_reading_names_its_uri(hdfs, tmp_path):
     fs.delete(gone)
     with pytest.raises(tf.errors.OpError, match=re.escape(gone)) as e:
         list(ds)
-    assert "FileNotFoundError" in str(e.value), str(e.value)
+    assert isinstance(e.value, FileNotFoundError) and e.value.message.startswith("[Errno 2] File does not exist"), \
+        str(e.value)
     gc.collect()
     assert _cache_files(cache_dir) == [], "nothing is left in the cache after the failure"
 

@@ -130,8 +130,10 @@ and why:
 
 * ``on_corrupt="error"`` (default): iteration fails with an error whose message names the file
   and the byte offset of the bad record (``CorruptRecordError: hdfs://.../part-00003-of-00008
-  .tfrecord: corrupt TFRecord at byte offset 585: data CRC: ...``).  TensorFlow raises it as
-  ``tf.errors.UnknownError`` (an error raised in Python inside the pipeline).
+  .tfrecord: corrupt TFRecord at byte offset 585: data CRC: ...``) and what to do.  Iterating
+  the dataset raises it with that line first: an error that is both a ``CorruptRecordError``
+  and TensorFlow's op error (:mod:`tfrecord_io.engines.tfdata_errors`); inside ``model.fit``
+  TensorFlow's own error carries it, right after its ``{{function_node}}`` tag.
 * ``on_corrupt="skip"``: the rest of that file is dropped (every record before the bad one is
   kept), a warning is logged and ``dataset.loader_stats`` counts it.  With
   ``shuffle="global"`` each bad record is dropped on its own.
@@ -1501,6 +1503,9 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
         ds = prefetch_to_gpu(ds, opts.prefetch_to_device)
     else:
         _target_device(opts.prefetch_to_device, input_context, ds.element_spec)  # rejects True / a device
+    from tfrecord_io.engines.tfdata_errors import LeadingErrorsDataset
+
+    ds = LeadingErrorsDataset(ds)  # its iterators raise the loader's errors with our line first
     ds.loader_stats = stats
     ds.loader_resume = resume
     if staged is not None:
