@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tfrecord_io.storage import fs
-from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, scan_batch
+from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.framing import CorruptRecordError
 from tfrecord_io.commands import exits
@@ -291,7 +291,7 @@ def _bad_slots(f, values) -> np.ndarray:
     if k is not None:
         bad |= values.counts != k
     if f.type == "string" and len(values.data) and not _all_utf8(values.data):
-        not_utf8 = np.array([not _is_utf8(v) for v in values.data.to_pylist()], dtype=np.int64)
+        not_utf8 = np.array([not is_utf8(v) for v in values.data.to_pylist()], dtype=np.int64)
         seen = np.concatenate([[0], np.cumsum(not_utf8)])  # values not UTF-8 before each value
         offsets = values.value_offsets(KIND_BYTES)
         bad |= seen[offsets[1:]] > seen[offsets[:-1]]
@@ -305,14 +305,6 @@ def _all_utf8(data) -> bool:
     try:
         data.cast(pa.large_string())
     except pa.ArrowInvalid:
-        return False
-    return True
-
-
-def _is_utf8(v: bytes) -> bool:
-    try:
-        v.decode("utf-8")
-    except UnicodeDecodeError:
         return False
     return True
 

@@ -76,7 +76,7 @@ import pyarrow as pa
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.schema import Feature, Schema
 
-__all__ = ["KIND_BYTES", "KIND_FLOAT", "KIND_INT64", "KIND_NONE", "Origin", "Scan", "ScannedFeature",
+__all__ = ["KIND_BYTES", "KIND_FLOAT", "KIND_INT64", "KIND_NONE", "Origin", "Scan", "ScannedFeature", "is_utf8",
            "ScannedList", "Values", "column_type", "decode_batch", "scan_batch"]
 
 #: Kind codes of :attr:`Values.kind`: a ``Feature`` with no kind set, then the field numbers of
@@ -1047,14 +1047,14 @@ def _py_value(f: Feature, feature: tuple | None, fail: _Failures, record: int, s
         try:
             values = [v.decode("utf-8") for v in values]
         except UnicodeDecodeError:
-            fail.utf8(record, f, next(v for v in values if not _is_utf8(v)))
+            fail.utf8(record, f, next(v for v in values if not is_utf8(v)))
             return None
     if f.is_list:
         return list(values)
     return values[0] if len(values) == 1 else None
 
 
-def _is_utf8(v: bytes) -> bool:
+def is_utf8(v: bytes) -> bool:
     try:
         v.decode("utf-8")
     except UnicodeDecodeError:

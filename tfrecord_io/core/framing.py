@@ -104,6 +104,19 @@ def masked_crc32c(data: bytes) -> int:
     return _mask(_crc32c_value(data))
 
 
+def _check_length_crc(buf: bytes, pos: int, length: int, stored: int, cache: dict[int, int], name: str,
+                      base: int) -> None:
+    """Check the masked CRC of the length field at ``buf[pos:pos + 8]`` (``length``) against
+    ``stored``; ``cache`` keeps the CRCs of lengths already seen (lengths repeat a lot)."""
+    got = _mask(_crc32c_value(buf[pos:pos + 8]))
+    if len(cache) < 4096:
+        cache[length] = got
+    if got != stored:
+        raise CorruptRecordError(name, base + pos, "length CRC",
+                                 f"expected masked CRC 0x{stored:08x} (stored), got 0x{got:08x} (computed) "
+                                 f"for length field {length}")
+
+
 # --------------------------------------------------------------------------
 # Vectorized CRC of the 8-byte length fields
 # --------------------------------------------------------------------------
@@ -456,6 +469,15 @@ class CorruptRecordError(ValueError):
         return (type(self), (self.path, self.offset, self.check, self.detail))
 
 
+def until_corrupt(records: Iterable, broken: list) -> Iterator:
+    """The records of ``records`` before the first corrupt one; its :class:`CorruptRecordError`
+    is appended to ``broken`` instead of raised (``yield from``: no Python step per record)."""
+    try:
+        yield from records
+    except CorruptRecordError as e:
+        broken.append(e)
+
+
 # --------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------
@@ -714,17 +736,8 @@ def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
         length, length_crc = unpack_header(buf, pos)
         # The length CRC is always checked, even with verify=False: a damaged length
         # would otherwise be trusted and the reader would swallow the rest of the stream.
-        got = length_crcs.get(length)
-        if got is None:
-            c = crc(buf[pos:pos + 8])
-            got = (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF
-            if len(length_crcs) < 4096:
-                length_crcs[length] = got
-        if got != length_crc:
-            raise CorruptRecordError(
-                name, base + pos, "length CRC",
-                f"expected masked CRC 0x{length_crc:08x} (stored), got 0x{got:08x} (computed) "
-                f"for length field {length}")
+        if length_crcs.get(length) != length_crc:
+            _check_length_crc(buf, pos, length, length_crc, length_crcs, name, base)
         need = HEADER_SIZE + length + FOOTER_SIZE
         if avail < need:
             base += pos
@@ -803,8 +816,6 @@ def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.n
     never joined or kept, so memory is one chunk whatever the record sizes.
     """
     unpack_header = _HEADER.unpack_from
-    crc = _crc32c_value
-    delta = _MASK_DELTA
     length_crcs: dict[int, int] = {}
     it = iter(chunks)
     buf, pos, base = b"", 0, 0  # the chunk, the parse position in it, its stream offset
@@ -821,17 +832,8 @@ def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.n
                                              f"expected {HEADER_SIZE} header bytes, got {avail} before end of stream")
                 break
         length, length_crc = unpack_header(buf, pos)
-        got = length_crcs.get(length)
-        if got is None:
-            c = crc(buf[pos:pos + 8])
-            got = (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF
-            if len(length_crcs) < 4096:
-                length_crcs[length] = got
-        if got != length_crc:
-            raise CorruptRecordError(
-                name, base + pos, "length CRC",
-                f"expected masked CRC 0x{length_crc:08x} (stored), got 0x{got:08x} (computed) "
-                f"for length field {length}")
+        if length_crcs.get(length) != length_crc:
+            _check_length_crc(buf, pos, length, length_crc, length_crcs, name, base)
         lengths.append(length)
         if len(lengths) == per:
             yield np.array(lengths, dtype=np.int64)

@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
-from tfrecord_io.core.framing import CorruptRecordError, normalize_compression
+from tfrecord_io.core.framing import CorruptRecordError, normalize_compression, until_corrupt
 from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
@@ -227,13 +227,7 @@ def _decoded(position: int, file: SourceFile, schema: Schema, chosen: list[Featu
     names = [f.name for f in chosen]
     broken: list[CorruptRecordError] = []
 
-    def intact(records):  # the records before a corrupt one (yield from: no Python per record)
-        try:
-            yield from records
-        except CorruptRecordError as e:
-            broken.append(e)
-
-    records = intact(iter_file_records(file))
+    records = until_corrupt(iter_file_records(file), broken)
     first, step = 0, 1
     if stride is not None:  # record j is this shard's when (position + j) % count == index
         first, step = (stride[0] - position) % stride[1], stride[1]

@@ -458,18 +458,13 @@ class _Reader(DataSourceReader):
         return [_File(uri, comp) for uri, comp in self.files]  # one per file: TFRecords do not split
 
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
-        from tfrecord_io.core.framing import CorruptRecordError, read_records
+        from tfrecord_io.core.framing import CorruptRecordError, read_records, until_corrupt
 
         broken: list[CorruptRecordError] = []
 
-        def intact(records):  # the records before a corrupt one (yield from: no Python per record)
-            try:
-                yield from records
-            except CorruptRecordError as e:
-                broken.append(e)
-
         with fs.open(partition.uri, "rb") as f:
-            stream = intact(read_records(f, name=partition.uri, compression=partition.compression, verify=True))
+            stream = until_corrupt(read_records(f, name=partition.uri, compression=partition.compression, verify=True),
+                                   broken)
             first = offset = 0
             size = 1024  # records per batch: then as many as make batch_bytes, at most batch_records
             while batch := list(itertools.islice(stream, size)):
