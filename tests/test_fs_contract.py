@@ -157,6 +157,28 @@ class TestFileSystemContract:
             f.seek(len(data) - 5)
             assert f.read() == data[-5:]
 
+    def test_reads_after_seeks_anywhere_give_the_bytes_there(self, backend):
+        """A streamed read (hdfs://) ends at a seek and starts again where the next read is;
+        readinto fills across packets; every byte is the file's."""
+        uri = fs.join(backend.root, "seeks.bin")
+        data = os.urandom(3 * 1024 * 1024 + 17)
+        _write(uri, data)
+        with fs.open(uri) as f:
+            assert f.read(100) == data[:100]
+            f.seek(2_000_000)
+            assert f.read(5000) == data[2_000_000:2_005_000]
+            f.seek(50)
+            assert f.read(10) == data[50:60] and f.tell() == 60
+            f.seek(-7, os.SEEK_END)
+            assert f.read() == data[-7:] and f.read(1) == b""
+            raw = f.raw
+            raw.seek(1234)
+            buf = bytearray(1536 * 1024)
+            got = bytearray()
+            while n := raw.readinto(buf):
+                got += buf[:n]
+            assert bytes(got) == data[1234:]
+
     def test_wb_creates_parents_and_truncates_xb_refuses(self, backend):
         uri = fs.join(backend.root, "a", "b", "c.bin")
         _write(uri, b"long contents")

@@ -59,7 +59,8 @@ from urllib.parse import urlsplit
 from tfrecord_io.storage import credentials
 
 __all__ = [
-    "FileSystem", "HDFS_SCHEMES", "LocalFileSystem", "HdfsFileSystem", "NameNodeUnreachableError",
+    "DataNodeStalledError", "FileSystem", "HDFS_SCHEMES", "LocalFileSystem", "HdfsFileSystem",
+    "NameNodeUnreachableError",
     "filesystem_for", "hdfs_timeout", "is_hdfs", "open", "exists", "isdir", "size", "ls", "glob", "rename",
     "delete", "makedirs", "get_file", "join",
 ]
@@ -640,11 +641,33 @@ def _wait_out_parents_connections() -> None:
         time.sleep(wait)
 
 
+class DataNodeStalledError(TimeoutError, ConnectionError):
+    """A read got no data from HDFS for the timeout (a stalled or dead DataNode)."""
+
+
+# Packets (as hdfs-native streams them: ~64 KiB) a streamed read keeps ahead of its reader.
+_STREAM_AHEAD = 64
+_END = object()
+
+
 class _HdfsReader(io.RawIOBase):
-    """Streaming reads from an hdfs-native FileReader, each bounded in size and time."""
+    """Sequential reads of an hdfs-native FileReader as one stream, bounded in time and memory.
+
+    The first read starts ``read_range_stream`` from the position in a helper thread, which
+    asks each block's DataNode once and queues the packets as they arrive (at most
+    ``_STREAM_AHEAD`` of them); reads take from that queue and wait at most the HDFS timeout
+    for the next packet (:class:`DataNodeStalledError`).  ``seek`` to another position ends the
+    stream; the next read starts one there.  One read call per 1 MiB, as before, ran at a
+    third of the stream's rate (2-core machine, loopback DataNode: 142-185 MB/s against
+    437-701 MB/s for the same 128 MiB file).
+    """
 
     def __init__(self, fs: HdfsFileSystem, uri: str, inner):
         self._fs, self.name, self._inner = fs, uri, inner
+        self._length = len(inner)
+        self._pos = 0
+        self._chunk, self._at = b"", 0  # the current packet and how much of it was read
+        self._stream = None              # (queue, stop event, pid) of the running stream
 
     def readable(self):
         return True
@@ -652,38 +675,119 @@ class _HdfsReader(io.RawIOBase):
     def seekable(self):
         return True
 
-    def _read(self, size: int) -> bytes:
-        global _last_data_read
+    def _start(self) -> None:
+        import queue
+
         _wait_out_parents_connections()
-        data = self._fs._call(self.name, self._inner.read, min(size, _MAX_READ))
+        packets: queue.Queue = queue.Queue(_STREAM_AHEAD)
+        stop = threading.Event()
+        inner, start, length = self._inner, self._pos, self._length - self._pos
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    packets.put(item, timeout=0.25)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def pump():
+            try:
+                for packet in inner.read_range_stream(start, length):
+                    if not put(packet):
+                        return
+                put(_END)
+            except BaseException as e:  # noqa: BLE001 - handed to the reader's thread
+                put(e)
+
+        threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-read").start()
+        self._stream = (packets, stop, os.getpid())
+
+    def _end_stream(self) -> None:
+        if self._stream is not None:
+            self._stream[1].set()
+            self._stream = None
+        self._chunk, self._at = b"", 0
+
+    def _next_packet(self, wait: bool) -> bool:
+        """The next packet into ``self._chunk``; False when none is there (``wait=False``)."""
+        import queue
+
+        global _last_data_read
+        if self._stream is None or self._stream[2] != os.getpid():  # a forked child: its own stream
+            self._stream = None
+            self._start()
+        try:
+            item = self._stream[0].get(timeout=self._fs.timeout) if wait else self._stream[0].get_nowait()
+        except queue.Empty:
+            if not wait:
+                return False
+            self._end_stream()
+            self._fs._forget_client()
+            raise DataNodeStalledError(
+                errno.ETIMEDOUT, f"no data from HDFS for {self._fs.timeout:g}s at byte {self._pos} of "
+                f"{self._length} (TFRECORD_IO_HDFS_TIMEOUT)", self.name) from None
+        if item is _END:
+            self._end_stream()
+            raise OSError(errno.EIO, f"the file ended at byte {self._pos}, not at its {self._length} bytes "
+                          f"(it changed while it was read)", self.name)
+        if isinstance(item, BaseException):
+            self._end_stream()
+            raise _map_error(item, self.name, self._fs) from item
+        self._chunk, self._at = item, 0
         _last_data_read = time.monotonic()
+        return True
+
+    def _take(self, size: int) -> bytes:
+        n = min(size, len(self._chunk) - self._at)
+        data = self._chunk if n == len(self._chunk) else self._chunk[self._at:self._at + n]
+        self._at += n
+        self._pos += n
         return data
 
     def read(self, size: int = -1) -> bytes:
-        """Up to ``min(size, 1 MiB)`` bytes, as hdfs-native returns them (no copy); all if size < 0."""
+        """Up to ``size`` bytes (at most what one packet holds); all that is left if size < 0."""
         if size is None or size < 0:
             return self.readall()
-        return self._read(size) if size else b""
+        if not size or self._pos >= self._length:
+            return b""
+        if self._at >= len(self._chunk):
+            self._next_packet(wait=True)
+        return self._take(size)
 
     def readinto(self, buffer) -> int:
+        """As many bytes as fit and have arrived (waiting only for the first packet)."""
         view = memoryview(buffer).cast("B")
-        data = self._read(len(view))
-        view[:len(data)] = data
-        return len(data)
+        filled = 0
+        while filled < len(view) and self._pos < self._length:
+            if self._at >= len(self._chunk) and not self._next_packet(wait=filled == 0):
+                break
+            data = self._take(len(view) - filled)
+            view[filled:filled + len(data)] = data
+            filled += len(data)
+        return filled
 
     def readall(self) -> bytes:
         chunks = []
-        while chunk := self._read(_MAX_READ):
+        while chunk := self.read(_MAX_READ):
             chunks.append(chunk)
         return b"".join(chunks)
 
     def seek(self, offset, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._inner.tell(), io.SEEK_END: len(self._inner)}
-        self._inner.seek(max(0, base[whence] + offset))  # no I/O: the next read starts there
-        return self._inner.tell()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
+        pos = max(0, base + offset)
+        if pos != self._pos:  # no I/O: the next read starts a stream there
+            self._end_stream()
+            self._pos = pos
+        return self._pos
 
     def tell(self):
-        return self._inner.tell()
+        return self._pos
+
+    def close(self):
+        self._end_stream()
+        super().close()
 
 
 def _not_replicated_yet(e: BaseException) -> bool:
