@@ -104,7 +104,7 @@ sequence:
 # (case, its options, input, schema, for the Spark job only, the summary it prints, what the output holds)
 CASES = {
     "splits": (["--format", "csv", "--split", "train=2,eval=1", "--split-by", "id", "--compression", "gzip",
-                "--num-shards", "2", "--record-order", "input", "--block-size", "65536",
+                "--compression-level", "1", "--num-shards", "2", "--record-order", "input", "--block-size", "65536",
                 "--max-reject-fraction", "0.5"],
                "trips/", "s.yaml", False, r"wrote 24 example records in 4 files in splits train \(\d+\), eval \(\d+\); "
                                           r"1 of 25 input rows rejected",
@@ -173,6 +173,9 @@ def test_every_option_through_every_entry_point(inputs, entry):
         done = json.loads([ln for ln in proc.stdout.splitlines() if '"tfrecord-io-done"' in ln][-1])
         assert done["totals"] == manifest["totals"]
         assert (out / "_SUCCESS").exists()
+        if "--compression-level" in options:  # gzip's header says the level reached the writer (XFL 4: fastest)
+            shard = sorted((out / "train").glob("part-*.gz"))[0].read_bytes()
+            assert shard[:3] == b"\x1f\x8b\x08" and shard[8] == 4, f"{entry}, {name}: header {shard[:10]!r}"
 
 
 def test_the_table_has_every_option():

@@ -635,3 +635,63 @@ def test_writer_handles_partial_writes_of_raw_files():
         w.write_batch(GOLDEN_RECORDS)
     assert bytes(f.data) == frame_records([GOLDEN_RECORDS[2]] + GOLDEN_RECORDS)
     assert w.bytes_written == len(f.data)
+
+
+# Block-parallel gzip (core/gzip_blocks): one gzip stream whatever the threads, read by every reader.
+
+def _beam_read(path: Path) -> list[bytes]:
+    """Beam's own TFRecord reading: its CompressedFile (gzip) and _TFRecordUtil.read_record."""
+    from apache_beam.io.filesystem import CompressedFile, CompressionTypes
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    out = []
+    with open(path, "rb") as raw:
+        f = CompressedFile(raw, CompressionTypes.GZIP)
+        while (record := _TFRecordUtil.read_record(f)) is not None:
+            out.append(record)
+    return out
+
+
+@pytest.mark.parametrize("threads,level,flush_at", [(2, 6, None), (4, 1, 7), (3, 9, 0), (2, 6, -1), (1, 6, 3)])
+def test_parallel_gzip_is_one_stream_every_reader_reads(tmp_path, threads, level, flush_at):
+    """Records of up to 3 MiB (spanning the 1 MiB blocks) and many small ones, a flush() in the
+    middle (or none); the file is one gzip member that TensorFlow, Beam, Python's gzip and the
+    gzip command read to the same records; the level is honoured (9 is smaller than 1)."""
+    import subprocess
+
+    rng = np.random.default_rng(threads * 10 + level)
+    records = [bytes(rng.integers(0, 4, size=int(n), dtype=np.uint8)) for n in
+               [*rng.integers(0, 3 << 20, size=6), *rng.integers(0, 300, size=2000)]]
+    path = tmp_path / "p.tfrecord.gz"
+    with TFRecordWriter(path, "gzip", compression_level=level, compression_threads=threads) as w:
+        for i, r in enumerate(records):
+            w.write(r)
+            if i == flush_at:
+                w.flush()
+        if flush_at == -1:
+            w.flush()
+    data = path.read_bytes()
+    assert data[:2] == b"\x1f\x8b" and w.bytes_written == len(data)
+    assert gzip.decompress(data) == frame_records(records)  # one member: gzip reads it whole
+    assert subprocess.run(["gzip", "-t", str(path)], capture_output=True).returncode == 0
+    assert tf_read(path, "gzip") == records
+    assert _beam_read(path) == records
+    assert list(read_records(path, compression="gzip")) == records
+
+
+def test_parallel_gzip_level_and_empty_streams(tmp_path):
+    payload = [bytes(range(256)) * 400] * 40
+    sizes = {}
+    for level in (1, 9):
+        path = tmp_path / f"l{level}.gz"
+        with TFRecordWriter(path, "gzip", compression_level=level, compression_threads=2) as w:
+            w.write_batch(payload)
+        sizes[level] = path.stat().st_size
+        assert tf_read(path, "gzip") == payload
+    assert sizes[9] < sizes[1]
+    empty = tmp_path / "empty.gz"
+    with TFRecordWriter(empty, "gzip", compression_threads=2):
+        pass
+    assert gzip.decompress(empty.read_bytes()) == b"" and tf_read(empty, "gzip") == []
+    with pytest.raises(ValueError, match="compression level must be -1 to 9"):
+        TFRecordWriter(tmp_path / "bad.gz", "gzip", compression_level=12)

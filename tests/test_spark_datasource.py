@@ -87,6 +87,15 @@ def test_from_parquet_with_a_schema_and_gzip_via_sparks_codec_option(tfspark, tm
         for i, ident in enumerate(label.numpy().tolist()):
             seen[ident] = (float(features["x"][i]), features["city"][i].numpy().decode())
     assert seen == {i: (i / 4, "?" if i % 5 == 0 else f"c{i}") for i in range(50)}
+    # option compressionLevel reaches the writer: gzip's XFL byte says fastest (1) or best (9)
+    for level, xfl in (("1", 4), ("9", 2)):
+        (tfspark.read.parquet(parquet).write.format("tfrecord").mode("overwrite").option("schema", str(schema))
+         .option("compression", "gzip").option("compressionLevel", level).save(out))
+        head = (Path(out) / output.read_manifest(out)["files"][0]["path"]).read_bytes()[:10]
+        assert head[8] == xfl, (level, head)
+    with pytest.raises(Exception, match="compressionLevel must be an integer from 1"):
+        (tfspark.read.parquet(parquet).write.format("tfrecord").mode("overwrite").option("schema", str(schema))
+         .option("compression", "gzip").option("compressionLevel", "11").save(out))
 
 
 def test_unwritable_types_and_misspelled_features_fail_before_any_task(tfspark, tmp_path):

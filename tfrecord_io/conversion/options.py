@@ -79,6 +79,8 @@ class ConversionOptions:
     record_type: ``"example"`` / ``"sequence_example"``; None (default) takes the schema's.
         When given it must match the schema's ``record_type``.
     compression: ``"none"`` (default), ``"gzip"`` or ``"zlib"``.
+    compression_level: zlib's level for gzip / zlib, 1 (fastest) to 9 (smallest); None
+        (default): 6, as TensorFlow's writer.  An error without a compression.
     num_shards: number of TFRecord files; None (default): :func:`default_num_shards` of the
         input size (one per ``bytes_per_shard``, at most 1000).  0 is an error.
     overwrite: replace an existing output that a conversion wrote (default False: refuse).
@@ -112,6 +114,7 @@ class ConversionOptions:
     output: str
     record_type: str | None = None
     compression: str = "none"
+    compression_level: int | None = None
     num_shards: int | None = None
     overwrite: bool = False
     max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION
@@ -127,7 +130,7 @@ class ConversionOptions:
     block_size: int = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self) -> None:
-        from tfrecord_io.core.framing import normalize_compression
+        from tfrecord_io.core.framing import check_compression_level, normalize_compression
 
         raw = (self.inputs,) if isinstance(self.inputs, str) else tuple(self.inputs)
         where = (lambda p: p) if self.input_format == "table" else _absolute  # a table name is no path
@@ -145,6 +148,11 @@ class ConversionOptions:
         if self.record_type is not None and self.record_type not in ("example", "sequence_example"):
             raise ValueError(f"--record-type must be example or sequence_example, got {self.record_type!r}")
         object.__setattr__(self, "compression", normalize_compression(self.compression))
+        if self.compression_level is not None:
+            if self.compression == "none":
+                raise ValueError("--compression-level needs --compression gzip or zlib")
+            object.__setattr__(self, "compression_level",
+                               check_compression_level(self.compression_level, "--compression-level"))
         if self.num_shards is not None:
             _positive_int(self.num_shards, "--num-shards")
         if isinstance(self.max_reject_fraction, str):
@@ -185,6 +193,13 @@ class ConversionOptions:
         return Splits.parse(self.split, self.split_by, schema)
 
     @property
+    def level(self) -> int:
+        """The zlib level the shards are compressed with (``compression_level``, else 6)."""
+        from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL
+
+        return self.compression_level or DEFAULT_COMPRESSION_LEVEL
+
+    @property
     def schema_name(self) -> str:
         return "the schema" if isinstance(self.schema, Schema) else f"the schema {self.schema}"
 
@@ -219,6 +234,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="must match the schema's record_type (default: the schema's)")
     parser.add_argument("--compression", choices=COMPRESSIONS, default="none",
                         help="TFRecord compression (default: none)")
+    parser.add_argument("--compression-level", type=int, default=None, metavar="1-9",
+                        help="zlib level for gzip / zlib: 1 fastest, 9 smallest (default: 6, as TensorFlow)")
     parser.add_argument("--num-shards", type=int, default=None, metavar="N",
                         help="number of output files (default: one per 128 MiB of input, 1 to 1000)")
     parser.add_argument("--overwrite", action="store_true",
@@ -256,7 +273,8 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
     """The options parsed by :func:`add_arguments` (ValueError for a bad value)."""
     return ConversionOptions(
         inputs=args.input, input_format=args.input_format, schema=args.schema, output=args.output,
-        record_type=args.record_type, compression=args.compression, num_shards=args.num_shards,
+        record_type=args.record_type, compression=args.compression,
+        compression_level=args.compression_level, num_shards=args.num_shards,
         overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
         max_steps=args.max_steps, allow_missing_columns=args.allow_missing_columns,
         ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, shards=args.shards,

@@ -57,7 +57,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "DEFAULT_COMPRESSION_LEVEL",
     "CorruptRecordError",
+    "check_compression_level",
     "TFRecordWriter",
     "compression_from_path",
     "extension_for",
@@ -407,6 +409,19 @@ def frame_records(records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> byte
 _COMPRESSIONS = {"none": "", "gzip": ".gz", "zlib": ".zlib"}
 # zlib ``wbits`` for each container: 16 + 15 = gzip wrapper, 15 = zlib wrapper.
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+#: zlib's level when none is given: 6, as TensorFlow's and Hadoop's gzip writers use.
+DEFAULT_COMPRESSION_LEVEL = 6
+
+
+def check_compression_level(level, what: str = "compression level") -> int:
+    """``level`` as an int from 1 (fastest) to 9 (smallest); ValueError naming ``what`` otherwise."""
+    try:
+        value = int(level)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} must be an integer from 1 to 9, got {level!r}") from e
+    if isinstance(level, bool) or not 1 <= value <= 9 or str(value) != str(level).strip():
+        raise ValueError(f"{what} must be an integer from 1 (fastest) to 9 (smallest), got {level!r}")
+    return value
 
 
 def normalize_compression(value: str | None) -> str:
@@ -491,7 +506,10 @@ class TFRecordWriter:
     that).  Uncompressed output is byte-identical to ``tf.io.TFRecordWriter``;
     compressed output is readable by ``tf.data.TFRecordDataset`` with
     ``compression_type="GZIP"`` / ``"ZLIB"`` (``compression_level`` is zlib's,
-    6 like TensorFlow's default).  ``close()`` finishes the compression stream
+    6 like TensorFlow's default).  Gzip is compressed in 1 MiB blocks on
+    ``compression_threads`` threads (:mod:`tfrecord_io.core.gzip_blocks`: still
+    one gzip stream); ``compression_threads=1`` compresses serially, on the
+    calling thread, as zlib always is.  ``close()`` finishes the compression stream
     and closes the file only if the writer opened it.
 
     ``records_written`` counts records; ``bytes_written`` counts bytes handed
@@ -504,7 +522,8 @@ class TFRecordWriter:
     """
 
     def __init__(self, fileobj: BinaryIO | str | os.PathLike, compression: str | None = None,
-                 *, compression_level: int = 6, index: Any = None):
+                 *, compression_level: int = DEFAULT_COMPRESSION_LEVEL, compression_threads: int = 2,
+                 index: Any = None):
         self.compression = normalize_compression(compression)
         if isinstance(fileobj, (str, bytes, os.PathLike)):
             self.name = os.fsdecode(os.fspath(fileobj))
@@ -515,10 +534,15 @@ class TFRecordWriter:
             self.name = fname if isinstance(fname, str) else "<stream>"
             self._file = fileobj
             self._owns_file = False
-        self._z = (zlib.compressobj(compression_level, zlib.DEFLATED, _WBITS[self.compression])
-                   if self.compression != "none" else None)
         self.records_written = 0
         self.bytes_written = 0
+        self._z = self._pz = None
+        if self.compression == "gzip" and compression_threads > 1:
+            from tfrecord_io.core.gzip_blocks import ParallelGzip
+
+            self._pz = ParallelGzip(self._write, level=compression_level, threads=compression_threads)
+        elif self.compression != "none":
+            self._z = zlib.compressobj(compression_level, zlib.DEFLATED, _WBITS[self.compression])
         self.closed = False
         self._index = index
         self._pending_lengths: list[int] = []  # of single write()s, handed to the index in bulk
@@ -536,6 +560,9 @@ class TFRecordWriter:
         self.bytes_written += memoryview(data).nbytes
 
     def _emit(self, data: Any) -> None:
+        if self._pz is not None:
+            self._pz.compress(data)
+            return
         if self._z is not None:
             data = self._z.compress(data)
             if not data:
@@ -590,6 +617,8 @@ class TFRecordWriter:
     def flush(self) -> None:
         """Push everything written so far to the file (a sync flush when compressing)."""
         self._check_open()
+        if self._pz is not None:
+            self._pz.flush()
         if self._z is not None:
             data = self._z.flush(zlib.Z_SYNC_FLUSH)
             if data:
@@ -606,6 +635,8 @@ class TFRecordWriter:
         try:
             if self._index is not None:
                 self._flush_lengths()
+            if self._pz is not None:
+                self._pz.finish()
             if self._z is not None:
                 data = self._z.flush(zlib.Z_FINISH)
                 self._z = None

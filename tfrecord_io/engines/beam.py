@@ -492,7 +492,8 @@ class WriteShard(_JobDoFn):
             encoded = job.faults.around_write(encoded, output=job.conv.output, shard=index, attempt=attempt)
         name = output.shard_name(index, job.num_shards, job.conv.compression)
         if job.splits is None:
-            written = [output.write_shard(encoded, job.conv.output, attempt, name, job.conv.compression)]
+            written = [output.write_shard(encoded, job.conv.output, attempt, name, job.conv.compression,
+                                          job.conv.level)]
         else:
             def assigned():
                 for batch in encoded:
@@ -501,7 +502,7 @@ class WriteShard(_JobDoFn):
 
             written = output.write_split_shards(assigned(), job.conv.output, attempt,
                                                 [f"{split}/{name}" for split in job.splits.names],
-                                                job.conv.compression)
+                                                job.conv.compression, job.conv.level)
         for k, w in enumerate(written):
             self.records_written.inc(w.records)
             self.bytes_written.inc(w.bytes)

@@ -501,6 +501,7 @@ def _stages(spark, plan: Plan, faults=None):
 
     def write_stage(num_shards: int) -> WriteStage:
         return WriteStage(output=opts.output, job_id=plan.job_id, num_shards=num_shards, compression=opts.compression,
+                          level=opts.level,
                           schema=schema, max_steps=opts.max_steps, faults=faults, splits=plan.splits)
 
     if opts.shards == "input":
@@ -628,6 +629,7 @@ class WriteStage:
     compression: str
     schema: Schema
     max_steps: int = DEFAULT_MAX_STEPS
+    level: int = 6  # zlib's, for gzip / zlib (ConversionOptions.level)
     faults: Any = None  # fault injection (tests): tfrecord_io.testing.faults
     splits: Any = None  # tfrecord_io.conversion.splits.Splits: one file per split per shard
 
@@ -651,10 +653,11 @@ class WriteStage:
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
             if self.splits is None:
-                shards = [output.write_shard(records, self.output, attempt, final, self.compression)]
+                shards = [output.write_shard(records, self.output, attempt, final, self.compression, self.level)]
             else:
                 shards = output.write_split_shards(records, self.output, attempt,
-                                                   [f"{name}/{final}" for name in self.splits.names], self.compression)
+                                                   [f"{name}/{final}" for name in self.splits.names], self.compression,
+                                                   self.level)
             rejects = output.write_rejects(spool.rows(), self.output, attempt, f"part-{part:05d}.jsonl")
         finally:
             spool.close()

@@ -74,6 +74,7 @@ from tfrecord_io.conversion.failure import worker_error
 from tfrecord_io.conversion.options import COMPRESSIONS, check_fraction, default_num_shards
 from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core import codec
+from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, check_compression_level
 from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
@@ -115,6 +116,7 @@ class _Writer(DataSourceArrowWriter):
     splits: Splits | None = None  # option("split", "train=8,eval=1") (+ "splitBy"): TFX's assignment
     faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
     columns: tuple[ColumnSource, ...] = ()  # where each feature's values are (spark_columns.column_plan)
+    level: int = 6  # zlib's level for gzip / zlib (option compressionLevel)
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -174,10 +176,11 @@ class _Writer(DataSourceArrowWriter):
             batches = self.faults.around_write(batches, output=self.path, shard=part, attempt=attempt)
         name = f"part-{part:05d}.tfrecord"
         if self.splits is None:
-            shards = [output.write_shard(batches, self.path, attempt, name, self.compression)]
+            shards = [output.write_shard(batches, self.path, attempt, name, self.compression, self.level)]
         else:
             shards = output.write_split_shards(batches, self.path, attempt,
-                                               [f"{s}/{name}" for s in self.splits.names], self.compression)
+                                               [f"{s}/{name}" for s in self.splits.names], self.compression,
+                                               self.level)
         written = output.write_rejects(iter(rejects), self.path, attempt, f"part-{part:05d}.jsonl")
         return _Written(part, [output.written_file_dict(s) for s in shards],
                         output.written_file_dict(written) if written else None,
@@ -325,7 +328,7 @@ class TFRecordDataSource(DataSource):
                                   f".mode('overwrite') to replace a previous conversion's output, or choose another "
                                   f"path") from e
         return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
-                       type(self).faults, column_plan(schema, tf_schema, w.types))
+                       type(self).faults, column_plan(schema, tf_schema, w.types), w.level)
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,7 @@ class WriterOptions:
         ``SequenceExample``); None when not given (Example, or the schema's).
     compression: ``none``, ``gzip`` or ``zlib``, from ``compression`` or spark-tfrecord's ``codec``
         (Hadoop class names: ``GzipCodec``, ``DefaultCodec``, ``DeflateCodec``).
+    level: ``compressionLevel``, zlib's level from 1 (fastest) to 9 (smallest); default 6.
     schema: the ``schema`` (YAML path or URI) or ``schemaJson`` option, loaded; None: from the types.
     allow_missing_columns / ignore_extra_columns: ``allowMissingColumns`` / ``ignoreExtraColumns``
         (``true`` / ``false``), as the job's ``--allow-missing-columns`` / ``--ignore-extra-columns``.
@@ -350,6 +354,7 @@ class WriterOptions:
     record_type: str | None = None
     given_record_type: str | None = None
     compression: str = "none"
+    level: int = 6
     schema: Schema | None = None
     schema_name: str = "the schema"
     allow_missing_columns: bool = False
@@ -380,10 +385,15 @@ class WriterOptions:
             schema, schema_name = load_schema(opts["schema"]), opts["schema"]
         elif "schemajson" in opts:
             schema = Schema.from_dict(json.loads(opts["schemajson"]))
+        level = DEFAULT_COMPRESSION_LEVEL
+        if "compressionlevel" in opts:
+            if _CODECS[codec_name] == "none":
+                raise ValueError("option compressionLevel needs option compression gzip or zlib")
+            level = check_compression_level(opts["compressionlevel"], "option compressionLevel")
         if opts.get("splitby") and not opts.get("split"):
             raise ValueError("option splitBy needs option split (e.g. 'train=8,eval=1,test=1')")
         return cls(path=path or "/", record_type=record_type, given_record_type=given,
-                   compression=_CODECS[codec_name], schema=schema, schema_name=schema_name,
+                   compression=_CODECS[codec_name], level=level, schema=schema, schema_name=schema_name,
                    allow_missing_columns=_flag(opts, "allowmissingcolumns", "allowMissingColumns"),
                    ignore_extra_columns=_flag(opts, "ignoreextracolumns", "ignoreExtraColumns"),
                    max_reject_fraction=check_fraction(
@@ -541,6 +551,8 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
               .mode("append").option("schemaJson", json.dumps(schema.to_dict()))
               .option("compression", options.compression)
               .option("maxRejectFraction", str(options.max_reject_fraction)))
+    if options.compression != "none":
+        writer = writer.option("compressionLevel", str(options.level))
     if plan.splits is not None:
         writer = writer.option("split", options.split)
         if options.split_by:

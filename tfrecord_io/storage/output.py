@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from tfrecord_io.storage import fs
-from tfrecord_io.core.framing import TFRecordWriter, extension_for, normalize_compression
+from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, TFRecordWriter, extension_for, normalize_compression
 from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
                                        read_index)
 
@@ -207,14 +207,15 @@ def attempt_dir(output: str, attempt: str) -> str:
     return fs.join(output, TEMPORARY, attempt)
 
 
-def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str) -> WrittenFile:
+def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str,
+                level: int = DEFAULT_COMPRESSION_LEVEL) -> WrittenFile:
     """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file,
     and its record index beside it (``_index/<name>.idx``, from the same framing pass)."""
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
     comp = normalize_compression(compression)
     with fs.open(temp_path, "wb") as f, fs.open(index_uri(temp_path), "wb") as fi:
         index = IndexWriter(fi, index_uri(temp_path))
-        with TFRecordWriter(f, compression=comp, index=index) as w:
+        with TFRecordWriter(f, compression=comp, compression_level=level, index=index) as w:
             for batch in records:
                 w.write_batch(batch)
         index.finish(w.bytes_written, comp)
@@ -373,7 +374,7 @@ def _finish(directory: str, manifest: dict) -> None:
 
 
 def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str],
-                       compression: str) -> list[WrittenFile]:
+                       compression: str, level: int = DEFAULT_COMPRESSION_LEVEL) -> list[WrittenFile]:
     """Write ``(records, split index per record)`` batches to one temporary file per split
     (``final_names[i]`` for split i), each with its record index; returns what was written,
     empty files included."""
@@ -388,7 +389,7 @@ def write_split_shards(batches: Iterable, output: str, attempt: str, final_names
             handles.append(fs.open(path, "wb"))
             handles.append(fs.open(index_uri(path), "wb"))
             indexes.append(IndexWriter(handles[-1], index_uri(path)))
-            writers.append(TFRecordWriter(handles[-2], compression=comp, index=indexes[-1]))
+            writers.append(TFRecordWriter(handles[-2], compression=comp, compression_level=level, index=indexes[-1]))
         for records, which in batches:
             which = np.asarray(which)
             for i, w in enumerate(writers):
