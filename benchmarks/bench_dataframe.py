@@ -131,6 +131,11 @@ def rounds_job(argv: list[str]) -> int:
             ops[op](f"{args.work}/out-{OPS.index(op)}")
             if r:
                 times[op].append(round(time.monotonic() - started, 3))
+    if OPS[2] in chosen:  # the peer's reader (Hadoop's GzipCodec) reads our block-parallel gzip
+        n = spark.read.format("tfrecord").option("recordType", "Example").load(f"{args.work}/out-2").count()
+        if n != args.rows:
+            raise RuntimeError(f"spark-tfrecord read {n} rows of our gzip output, not {args.rows}")
+        print(json.dumps({"event": "peer read our gzip", "rows": n}))
     print(json.dumps({"event": "done", "times": times}))
     spark.stop()
     return 0
@@ -197,7 +202,11 @@ def _rounds(cmd: list[str], env: dict) -> dict:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the benchmark job failed:\n{proc.stderr[-6000:]}")
-    return json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('{"event"')][-1])["times"]
+    events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith('{"event"')]
+    for e in events:
+        if e["event"] == "peer read our gzip":
+            print(f"  spark-tfrecord's reader read our gzip output: {e['rows']:,} rows", flush=True)
+    return events[-1]["times"]
 
 
 def tf_free_python(work: Path) -> str:
