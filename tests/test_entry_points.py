@@ -119,6 +119,12 @@ CASES = {
     "a JSON array, multiline": (["--format", "json", "--multiline", "--shards", "even"], "array.json", "s.yaml", False,
                                 r"wrote 3 example records in 1 files; 0 of 3 input rows rejected",
                                 {"totals": {"input_rows": 3, "records": 3, "rejected": 0}}),
+    "partitioned by a feature": (["--format", "csv", "--partition-by", "id", "--max-reject-fraction", "0.5"],
+                                 "trips/", "s.yaml", True,
+                                 r"wrote 24 example records in \d+ files in 24 partitions by id; "
+                                 r"1 of 25 input rows rejected",
+                                 {"partition_by": [{"name": "id", "type": "int64"}],
+                                  "totals": {"input_rows": 25, "records": 24, "rejected": 1}}),
     "parquet, a shard per split": (["--format", "parquet", "--shards", "input"], "trips.parquet", "s.yaml", True,
                                    r"wrote 5 example records in \d+ files; 0 of 5 input rows rejected",
                                    {"totals": {"input_rows": 5, "records": 5, "rejected": 0}}),

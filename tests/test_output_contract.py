@@ -53,7 +53,9 @@ def assert_like_golden(got: dict, want: dict, *, engine: str, out: Path) -> None
             assert sorted(int(x) for n in lengths.values() for x in n) == sorted(
                 int(x) for name, text in value["lengths"].items() for x in decode_lengths(text, name))
         elif key == "rejects":
-            assert [list(r) for r in got[key]] == [list(r) for r in value]
+            # how many reject files: which task met which bad row (the shard a row hashes to depends
+            # on where the input lies); each entry's fields and the rows in all are the contract
+            assert bool(got[key]) == bool(value) and all(list(r) == ["path", "rows"] for r in got[key]), got[key]
             assert all(re.fullmatch(r"_rejects/part-\d{5}\.jsonl", r["path"]) for r in got[key])
             assert sum(r["rows"] for r in got[key]) == sum(r["rows"] for r in value)
         else:

@@ -49,6 +49,9 @@ def summary(manifest: dict) -> str:
     files = _files(manifest)
     where = "" if "splits" not in manifest else " in splits " + ", ".join(
         f"{name} ({s['records']})" for name, s in manifest["splits"].items())
+    if "partitions" in manifest:
+        by = ",".join(p["name"] for p in manifest["partition_by"])
+        where = f" in {len(manifest['partitions'])} partitions by {by}"
     rows = ""
     if "rows_in_records" in t:  # SequenceExamples: records hold groups of rows
         rows = f" from {t['rows_in_records']} input rows"

@@ -126,6 +126,7 @@ class ConversionOptions:
     shards: str = "even"
     split: str | None = None
     split_by: str | None = None
+    partition_by: tuple[str, ...] = ()
     bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
     block_size: int = DEFAULT_BLOCK_SIZE
 
@@ -175,6 +176,12 @@ class ConversionOptions:
             Splits.parse(self.split)  # the syntax now; the feature against the schema in splits()
         elif self.split_by is not None:
             raise ValueError("--split-by needs --split NAME=BUCKETS,...")
+        raw_partitions = (self.partition_by,) if isinstance(self.partition_by, str) else tuple(self.partition_by or ())
+        object.__setattr__(self, "partition_by",
+                           tuple(c.strip() for item in raw_partitions for c in str(item).split(",") if c.strip()))
+        if self.partition_by and self.split is not None:
+            raise ValueError("--partition-by and --split exclude each other (partition first, then split each "
+                             "partition's output, or split by a feature)")
 
     def needs_spark(self) -> str | None:
         """Why these options need the Spark job (an input format or a layout only it has), or None."""
@@ -182,7 +189,27 @@ class ConversionOptions:
             return f"--format {self.input_format} is read by Spark"
         if self.shards == "input":
             return "--shards input (one shard per input split) is the Spark job's"
+        if self.partition_by:
+            return "--partition-by (Hive-style partition directories) is the Spark job's"
         return None
+
+    def check_partition_by(self, schema: Schema) -> None:
+        """ValueError unless each ``--partition-by`` column is a scalar string / int64 feature of
+        ``schema`` (an Example schema): the partition directories name its values."""
+        if not self.partition_by:
+            return
+        if schema.record_type != "example":
+            raise ValueError("--partition-by writes Example records; partition SequenceExample input into one "
+                             "conversion per partition")
+        by_name = {f.name: f for f in schema.features}
+        for c in self.partition_by:
+            f = by_name.get(c)
+            if f is None:
+                raise ValueError(f"--partition-by {c}: not a feature of {self.schema_name} "
+                                 f"({', '.join(sorted(by_name))})")
+            if f.type not in ("string", "int64") or f.shape is not None:
+                raise ValueError(f"--partition-by {c}: a {f.type} feature of shape {f.shape}; partition by a "
+                                 f"scalar string or int64 feature")
 
     def splits(self, schema: Schema):
         """The :class:`~tfrecord_io.conversion.splits.Splits` of ``split``/``split_by`` (None without them)."""
@@ -265,6 +292,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-by", default=None, metavar="FEATURE",
                         help="with --split: the int64/string/bytes feature that decides the split "
                              "(TFX's partition_feature_name)")
+    parser.add_argument("--partition-by", default=None, metavar="FEATURE[,FEATURE]",
+                        help="Spark job: Hive-style directories per value (<output>/cut=Ideal/), each a complete "
+                             "output; the feature stays in the records (make_dataset(..., partitions=) selects)")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="BYTES",
                         help="bytes parsed at a time per file (a CSV record must fit in one block)")
 
@@ -278,6 +308,6 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
         overwrite=args.overwrite, max_reject_fraction=args.max_reject_fraction, multiline=args.multiline,
         max_steps=args.max_steps, allow_missing_columns=args.allow_missing_columns,
         ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, shards=args.shards,
-        split=args.split,
+        split=args.split, partition_by=args.partition_by or (),
         split_by=args.split_by,
         block_size=args.block_size)

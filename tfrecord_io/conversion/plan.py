@@ -103,6 +103,7 @@ def plan_conversion(options: ConversionOptions) -> Plan:
             raise SchemaError(f"--format {options.input_format} writes example records; {options.schema_name} is "
                               f"for {schema.record_type}")
     splits = options.splits(schema)
+    options.check_partition_by(schema)
     if options.input_format not in TEXT_FORMATS:  # Spark lists and types them
         output.check_output(options.output, overwrite=options.overwrite,
                             inputs=() if options.input_format == "table" else options.inputs)

@@ -126,6 +126,7 @@ from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
 from tfrecord_io.core import codec
 from tfrecord_io.core.schema import Schema, SchemaError
+from tfrecord_io.storage.partitions import partition_codes
 from tfrecord_io.storage import fs, inputs, output
 
 __all__ = ["ConversionOptions", "Plan", "ReadStage", "WriteStage", "package_zip", "run_conversion"]
@@ -180,7 +181,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
             sc.setLocalProperty("spark.job.description", None)
         _wait_for_stragglers(sc, job_id)
         files, rejects, totals = _merge_reports(reports, out, job_id, num_shards, options.compression,
-                                                plan.schema.record_type, plan.splits)
+                                                plan.schema.record_type, plan.splits, bool(options.partition_by))
         rejects = _fix_reject_lines(rejects, _line_offsets(parts, counts.value))
     except (output.RejectLimitExceeded, FileExistsError, SchemaError, ConversionError):
         output.abort(out)
@@ -194,7 +195,12 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     common = dict(schema=plan.schema, compression=options.compression, engine="spark",
                   max_reject_fraction=options.max_reject_fraction)
     try:
-        if plan.splits is None:
+        if options.partition_by:
+            by_name = {f.name: f for f in plan.schema.features}
+            manifest = output.commit_partitions(
+                out, [{"name": c, "type": by_name[c].type} for c in options.partition_by], files, rejects, totals,
+                **common)
+        elif plan.splits is None:
             manifest = output.commit(out, files, rejects, totals, **common)
         else:
             manifest = output.commit_splits(out, plan.splits, files, rejects, totals, **common)
@@ -237,7 +243,7 @@ def _wait_for_stragglers(sc, job_group: str, timeout: float = STRAGGLER_WAIT_S) 
 
 
 def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression: str, record_type: str,
-                   split_config=None):
+                   split_config=None, partitioned: bool = False):
     files: list[output.WrittenFile] = []
     rejects: list[output.WrittenFile] = []
     totals = output.ConversionTotals(rows_in_records=0 if record_type == "sequence_example" else None)
@@ -248,7 +254,8 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
         if r["kind"] == "rejects":
             rejects.append(wf)
             continue
-        files.append(wf)
+        if wf.final_name:  # (a partitioned task with no records reports its counts in a row of no file)
+            files.append(wf)
         if r["kind"] == "split-shard" and r["partition"] in seen:
             continue  # one partition's other splits: counted with its first
         if r["partition"] in seen:  # cannot happen: Spark returns one attempt per partition
@@ -260,7 +267,7 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
         totals.rejected += int(r["rejected"])
         if totals.rows_in_records is not None:
             totals.rows_in_records += int(r["rows_in_records"])
-    for p in sorted(set(range(num_shards)) - seen):  # a partition that ran no task: empty shards
+    for p in sorted(set(range(num_shards)) - seen) if not partitioned else ():  # no task ran: empty shards
         names = [output.shard_name(p, num_shards, compression)] if split_config is None else \
             [f"{name}/{output.shard_name(p, num_shards, compression)}" for name in split_config.names]
         for name in names:
@@ -501,7 +508,7 @@ def _stages(spark, plan: Plan, faults=None):
 
     def write_stage(num_shards: int) -> WriteStage:
         return WriteStage(output=opts.output, job_id=plan.job_id, num_shards=num_shards, compression=opts.compression,
-                          level=opts.level,
+                          level=opts.level, partition_by=opts.partition_by,
                           schema=schema, max_steps=opts.max_steps, faults=faults, splits=plan.splits)
 
     if opts.shards == "input":
@@ -630,6 +637,7 @@ class WriteStage:
     schema: Schema
     max_steps: int = DEFAULT_MAX_STEPS
     level: int = 6  # zlib's, for gzip / zlib (ConversionOptions.level)
+    partition_by: tuple[str, ...] = ()  # --partition-by: a file per partition per shard (storage.partitions)
     faults: Any = None  # fault injection (tests): tfrecord_io.testing.faults
     splits: Any = None  # tfrecord_io.conversion.splits.Splits: one file per split per shard
 
@@ -652,7 +660,10 @@ class WriteStage:
             records = self.faults.around_write(records, output=self.output, shard=part, attempt=attempt)
         try:
             final = output.shard_name(part, self.num_shards, self.compression)
-            if self.splits is None:
+            if self.partition_by:
+                shards = output.write_partition_shards(records, self.output, attempt, f"{part:05d}",
+                                                       self.compression, self.level)
+            elif self.splits is None:
                 shards = [output.write_shard(records, self.output, attempt, final, self.compression, self.level)]
             else:
                 shards = output.write_split_shards(records, self.output, attempt,
@@ -668,7 +679,9 @@ class WriteStage:
         if stats["input_rows"] != converted + spool.count:
             raise RuntimeError(f"task attempt {attempt}: {stats['input_rows']} input rows != {converted} converted "
                                f"+ {spool.count} rejected")
-        kind = "shard" if self.splits is None else "split-shard"
+        kind = "shard" if self.splits is None and not self.partition_by else "split-shard"
+        if self.partition_by and not shards:  # no records: a row that carries the task's counts
+            shards = [output.WrittenFile("", "", 0, 0)]
         rows = [(kind, w) for w in shards] + ([("rejects", rejects)] if rejects is not None else [])
         yield pa.RecordBatch.from_pydict({
             "kind": [k for k, _ in rows],
@@ -724,7 +737,14 @@ class WriteStage:
                     spool.add(_reject_json(m))
             if len(records):
                 stats["records"] += len(records)
-                yield records if self.splits is None else (records, which)
+                if self.partition_by:
+                    kept = [int(i) for i in good_idx if int(i) not in refused]
+                    rows_of = batch.take(pa.array(kept, pa.int64()))
+                    codes, dirs, _ = partition_codes([rows_of.column(c) for c in self.partition_by],
+                                                     self.partition_by)
+                    yield records, codes, dirs
+                else:
+                    yield records if self.splits is None else (records, which)
 
     def _encode(self, batch: pa.RecordBatch, good_idx: np.ndarray) -> tuple[pa.Array, dict]:
         """Encode the good rows; a row the encoder still refuses becomes a reject (row by row)."""

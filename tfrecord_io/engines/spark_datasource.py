@@ -58,6 +58,7 @@ Save modes
 from __future__ import annotations
 
 import itertools
+import re
 import json
 import uuid
 from collections import Counter
@@ -80,6 +81,7 @@ from tfrecord_io.core.schema import Feature, Schema, SchemaError
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
                                                column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, output
+from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes
 from tfrecord_io.storage.schema_io import load_schema
 
 __all__ = ["SPARK_TYPES", "TFRecordDataSource", "WriterOptions", "convert_dataframe", "register",
@@ -117,6 +119,7 @@ class _Writer(DataSourceArrowWriter):
     faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
     columns: tuple[ColumnSource, ...] = ()  # where each feature's values are (spark_columns.column_plan)
     level: int = 6  # zlib's level for gzip / zlib (option compressionLevel)
+    partition_by: tuple[dict, ...] = ()  # option("partitionBy"): [{"name", "type"}] (storage.partitions)
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -166,7 +169,12 @@ class _Writer(DataSourceArrowWriter):
                     counts["records"] += typed.num_rows
                     if example and self.splits is None:
                         present.update(codec.present_counts(typed, self.schema))
-                    if self.splits is None:
+                    if self.partition_by:
+                        kept = batch.filter(pa.array(~bad)) if bad.any() else batch
+                        names = [p["name"] for p in self.partition_by]
+                        codes, dirs, _ = partition_codes([kept.column(n) for n in names], names)
+                        yield encode(typed, self.schema), codes, dirs
+                    elif self.splits is None:
                         yield encode(typed, self.schema)
                     else:
                         yield encoded, which
@@ -175,7 +183,10 @@ class _Writer(DataSourceArrowWriter):
         if self.faults is not None:
             batches = self.faults.around_write(batches, output=self.path, shard=part, attempt=attempt)
         name = f"part-{part:05d}.tfrecord"
-        if self.splits is None:
+        if self.partition_by:
+            shards = output.write_partition_shards(batches, self.path, attempt, f"{part:05d}", self.compression,
+                                                   self.level)
+        elif self.splits is None:
             shards = [output.write_shard(batches, self.path, attempt, name, self.compression, self.level)]
         else:
             shards = output.write_split_shards(batches, self.path, attempt,
@@ -201,6 +212,9 @@ class _Writer(DataSourceArrowWriter):
         totals = output.ConversionTotals(present=output.sum_present(presents) if None not in presents else None)
         for k, m in enumerate(messages):
             for shard in (output.WrittenFile(**s) for s in m.shards):
+                if self.partition_by:  # named in each partition at the commit
+                    files.append(shard)
+                    continue
                 split = shard.final_name.rpartition("/")[0]
                 final = output.shard_name(k, n, self.compression)
                 files.append(output.WrittenFile(shard.temp_path, f"{split}/{final}" if split else final,
@@ -212,7 +226,9 @@ class _Writer(DataSourceArrowWriter):
             totals.rejected += m.rejected
         common = dict(schema=self.schema, compression=self.compression, engine="spark-datasource",
                       max_reject_fraction=self.max_reject_fraction)
-        if self.splits is None:
+        if self.partition_by:
+            output.commit_partitions(self.path, list(self.partition_by), files, rejects, totals, **common)
+        elif self.splits is None:
             output.commit(self.path, files, rejects, totals, **common)
         else:
             output.commit_splits(self.path, self.splits, files, rejects, totals, **common)
@@ -254,8 +270,21 @@ class TFRecordDataSource(DataSource):
         path = opts.get("path")
         if not path:
             raise ValueError("spark.read.format('tfrecord') needs a path: .load(path)")
-        files, manifest_schema = _files_of(path.rstrip("/") or "/")
+        files, manifest_schema, self._partition_values = _files_of(path.rstrip("/") or "/")
         return files, load_schema(opts["schema"]) if "schema" in opts else manifest_schema, opts
+
+    def _path_columns(self, tf_schema: Schema) -> list[tuple[str, str]]:
+        """Partition columns found in the files' paths (``cut=Ideal/...``, as Spark's file sources
+        discover them) that are not features of the records: ``[(name, "bigint" | "string")]``;
+        a column is bigint when every value is an integer (or null), as Spark infers it."""
+        features = {f.name for f in tf_schema.input_features}
+        values: dict[str, list] = {}
+        for per_file in self._partition_values.values():
+            for name, value in per_file.items():
+                if name not in features:
+                    values.setdefault(name, []).append(value)
+        return [(name, "bigint" if all(v is None or re.fullmatch(r"-?\d{1,18}", v) for v in vs) else "string")
+                for name, vs in values.items()]
 
     def _infer(self, files) -> Schema:
         """The schema of files without a manifest, from a bounded sample of their first records
@@ -277,7 +306,9 @@ class TFRecordDataSource(DataSource):
 
     def schema(self):
         files, schema, _ = self._source()
-        return spark_struct(schema if schema is not None else self._infer(files))
+        schema = schema if schema is not None else self._infer(files)
+        extra = ", ".join(f"`{n.replace('`', '``')}` {t}" for n, t in self._path_columns(schema))
+        return spark_struct(schema) + (", " + extra if extra else "")
 
     def reader(self, schema) -> _Reader:
         from pyspark.sql.pandas.types import to_arrow_type
@@ -288,7 +319,8 @@ class TFRecordDataSource(DataSource):
                 tf_schema = self._infer(files)
             except ValueError:  # no records to infer from: the user's .schema(StructType)
                 tf_schema = schema_from_spark(schema)
-        known = {f.name for f in tf_schema.input_features}
+        path_columns = dict(self._path_columns(tf_schema))
+        known = {f.name for f in tf_schema.input_features} | set(path_columns)
         unknown = [f.name for f in schema.fields if f.name not in known]
         if unknown:
             raise ValueError(f"column(s) {unknown} are not features of the records' schema "
@@ -297,16 +329,33 @@ class TFRecordDataSource(DataSource):
         if on_corrupt not in ("error", "skip"):
             raise ValueError(f"onCorrupt must be error or skip, got {opts['oncorrupt']!r}")
         cols = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
-        return _Reader(files, tf_schema, cols, on_corrupt)
+        from_paths = {name: {uri: v.get(name) for uri, v in self._partition_values.items()}
+                      for name in path_columns if name in {f.name for f in schema.fields}}
+        return _Reader(files, tf_schema, cols, on_corrupt, path_values=from_paths)
 
     def writer(self, schema, overwrite: bool) -> _Writer:
         w = WriterOptions.parse(self._options())
+        partition_by = ()
+        if w.partition_by:
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            types = {f.name: to_arrow_type(f.dataType) for f in schema.fields}
+            check_partition_columns(w.partition_by, types, "the DataFrame")
+            if w.split:
+                raise ValueError("options partitionBy and split cannot be combined: partition, then split each "
+                                 "partition's rows (or split by a feature)")
+            if (w.record_type or (w.schema.record_type if w.schema else "example")) != "example":
+                raise ValueError("option partitionBy writes Example records; partition SequenceExamples by "
+                                 "their group key before writing, one output per partition")
+            partition_by = tuple({"name": c, "type": str(types[c])} for c in w.partition_by)
         if w.schema is not None:
             tf_schema = w.schema
             if w.record_type is not None and tf_schema.record_type != w.record_type:
                 raise SchemaError(f"recordType {w.given_record_type} does not match {w.schema_name}, whose "
                                   f"record_type is {tf_schema.record_type}")
-            columns.check_columns(tf_schema, {"the DataFrame": [name for name, _, _ in leaf_columns(schema)]},
+            features = {f.name for f in tf_schema.input_features}
+            in_frame = [name for name, _, _ in leaf_columns(schema) if name in features or name not in w.partition_by]
+            columns.check_columns(tf_schema, {"the DataFrame": in_frame},
                                   input_format="table",
                                   allow_missing=w.allow_missing_columns, ignore_extra=w.ignore_extra_columns,
                                   schema_name=w.schema_name)
@@ -328,7 +377,7 @@ class TFRecordDataSource(DataSource):
                                   f".mode('overwrite') to replace a previous conversion's output, or choose another "
                                   f"path") from e
         return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
-                       type(self).faults, column_plan(schema, tf_schema, w.types), w.level)
+                       type(self).faults, column_plan(schema, tf_schema, w.types), w.level, partition_by)
 
 
 @dataclass(frozen=True)
@@ -346,6 +395,8 @@ class WriterOptions:
         (``true`` / ``false``), as the job's ``--allow-missing-columns`` / ``--ignore-extra-columns``.
     max_reject_fraction: ``maxRejectFraction``, from 0 to 1 (default 0.01).
     split / split_by: ``split`` (``train=8,eval=1``) and ``splitBy``, as the job's ``--split``.
+    partition_by: ``partitionBy`` (``cut`` or ``date,country``): Hive-style directories per value,
+        as the job's ``--partition-by`` (:mod:`tfrecord_io.storage.partitions`).
     types: ``decimalAs`` (``float``, ``string``) and ``timestampUnit`` (``microseconds``,
         ``milliseconds``, ``seconds``): :class:`~tfrecord_io.engines.spark_columns.WriteTypes`.
     """
@@ -362,6 +413,7 @@ class WriterOptions:
     max_reject_fraction: float = output.DEFAULT_MAX_REJECT_FRACTION
     split: str | None = None
     split_by: str | None = None
+    partition_by: tuple[str, ...] = ()
     types: WriteTypes = WriteTypes()
 
     @classmethod
@@ -399,6 +451,7 @@ class WriterOptions:
                    max_reject_fraction=check_fraction(
                        opts.get("maxrejectfraction", output.DEFAULT_MAX_REJECT_FRACTION), "maxRejectFraction"),
                    split=opts.get("split") or None, split_by=opts.get("splitby") or None,
+                   partition_by=tuple(c.strip() for c in (opts.get("partitionby") or "").split(",") if c.strip()),
                    types=WriteTypes(decimal_as=opts.get("decimalas", "float").lower(),
                                     timestamp_unit=opts.get("timestampunit", "microseconds").lower()))
 
@@ -434,13 +487,15 @@ def spark_struct(schema: Schema) -> str:
     return ", ".join([ddl(f) for f in schema.context] + [ddl(f, steps=True) for f in schema.sequence])
 
 
-def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None]:
+def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None, dict[str, dict]]:
     """[(file, compression)] of a source (:mod:`tfrecord_io.storage.sources`: an output directory
-    by its manifest, any other directory, glob or file by listing), and the manifest's schema."""
+    by its manifest, any other directory, glob or file by listing), the manifest's schema, and
+    each file's partition values from its path (``{uri: {"cut": "Ideal"}}``)."""
     from tfrecord_io.storage import sources
 
     src = sources.resolve_source(path)
-    return [(f.uri, f.compression) for f in src.files], src.manifest.schema if src.manifest else None
+    return ([(f.uri, f.compression) for f in src.files], src.manifest.schema if src.manifest else None,
+            {f.uri: parse_partition_path(f.name) for f in src.files})
 
 
 @dataclass(frozen=True)
@@ -461,6 +516,7 @@ class _Reader(DataSourceReader):
     schema: Schema
     columns: list  # the requested DataFrame columns, in order
     on_corrupt: str = "error"
+    path_values: dict = field(default_factory=dict)  # column -> {file: value}: partition columns from paths
     batch_records: int = 8192
     batch_bytes: int = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
 
@@ -494,9 +550,14 @@ class _Reader(DataSourceReader):
     def _batch(self, records: list[bytes], uri: str, first: int, offsets) -> pa.RecordBatch:
         from tfrecord_io.core.arrow_decode import Origin, decode_batch
 
-        decoded = decode_batch(records, self.schema, features=[n for n, _ in self.columns],
-                               origin=Origin(uri, first, offsets))
-        columns = [col if col.type == typ else col.cast(typ) for col, (_, typ) in zip(decoded.columns, self.columns)]
+        features = [n for n, _ in self.columns if n not in self.path_values]
+        decoded = decode_batch(records, self.schema, features=features, origin=Origin(uri, first, offsets))
+        by_name = dict(zip(features, decoded.columns))
+        columns = []
+        for name, typ in self.columns:
+            col = by_name[name] if name in by_name else pa.array([self.path_values[name][uri]] * len(records),
+                                                                pa.string())
+            columns.append(col if col.type == typ else col.cast(typ))
         return pa.RecordBatch.from_arrays(columns, names=[n for n, _ in self.columns])
 
 
@@ -553,6 +614,8 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
               .option("maxRejectFraction", str(options.max_reject_fraction)))
     if options.compression != "none":
         writer = writer.option("compressionLevel", str(options.level))
+    if options.partition_by:
+        writer = writer.option("partitionBy", ",".join(options.partition_by))
     if plan.splits is not None:
         writer = writer.option("split", options.split)
         if options.split_by:

@@ -162,6 +162,7 @@ from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecord
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import fs, sources
 from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
+from tfrecord_io.storage.partitions import select_partitions
 from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source, SourceFile
 
@@ -1419,7 +1420,7 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
                  ragged: bool = False, cycle_length: int | None = None, cache_dir: str | None = None,
                  cache_files: int | None = None, download_threads: int | None = None, autotune: bool | None = None,
                  stats: LoaderStats | None = None, features: Sequence[str] | None = None,
-                 resume: LoaderResume | None = None):
+                 resume: LoaderResume | None = None, partitions: dict | None = None):
     """A ``tf.data.Dataset`` of parsed batches from ``source`` (see the module doc and :class:`LoaderOptions`).
 
     Yields a features dict, or ``(features, label)`` when the schema names a label.
@@ -1427,7 +1428,10 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
     model (Keras matches a dict by name, but only when it holds exactly the model's inputs).  The
     returned dataset carries ``loader_stats`` (a :class:`LoaderStats`; pass ``stats=`` to share
     one, e.g. across the pipelines of an :func:`input_fn`) and ``loader_resume`` (a
-    :class:`LoaderResume`; ``resume=`` to share one).
+    :class:`LoaderResume`; ``resume=`` to share one).  ``partitions``: of a partitioned output
+    (``--partition-by``), read only these, e.g. ``{"cut": "Ideal"}`` or ``{"cut": ["Ideal", "Good"]}``
+    (:func:`tfrecord_io.storage.partitions.select_partitions`); the partition columns are features
+    of the records like any other.
     """
     import tensorflow as tf
 
@@ -1443,7 +1447,7 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
         raise TypeError(f"resume must be a LoaderResume, got {type(resume).__name__}")
     stats = stats if stats is not None else LoaderStats()
     resume = resume if resume is not None else LoaderResume()
-    src = resolve_source(source, opts.compression)
+    src = select_partitions(resolve_source(source, opts.compression), partitions)
     resolved_schema = select_features(_resolve_schema(schema, src), features)
     _check_present(resolved_schema, src)
     parse = _parser(resolved_schema, opts.ragged)
@@ -1604,11 +1608,11 @@ def input_fn(source, **options):
     if "batch_size" not in options:
         raise TypeError("input_fn() needs batch_size= (the global batch size)")
     option_names = {f.name for f in dataclasses.fields(LoaderOptions)}
-    unknown = set(options) - option_names - {"schema", "stats", "features", "resume"}
+    unknown = set(options) - option_names - {"schema", "stats", "features", "resume", "partitions"}
     if unknown:
         raise TypeError(f"input_fn() got unknown option(s) {sorted(unknown)}")
     LoaderOptions(**{k: v for k, v in options.items() if k in option_names})  # fail here, not per worker
-    src = resolve_source(source, options.get("compression", "auto"))
+    src = select_partitions(resolve_source(source, options.get("compression", "auto")), options.pop("partitions", None))
     _resolve_schema(options.get("schema"), src)
     stats = options.pop("stats", None) or LoaderStats()
     resume = options.pop("resume", None) or LoaderResume()
@@ -1623,7 +1627,7 @@ def input_fn(source, **options):
 
 
 def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remainder: bool = False,
-                    remainder: str = "drop") -> int:
+                    remainder: str = "drop", partitions: dict | None = None) -> int:
     """Batches per epoch, from the manifest's record counts (no data is read).
 
     Without ``input_context``: exactly the batches one epoch of ``make_dataset(source,
@@ -1634,7 +1638,7 @@ def steps_per_epoch(source, batch_size: int, input_context=None, *, drop_remaind
     ``ceil(records / batch_size)`` (``"pad"``), ``batch_size`` being the global batch.
     """
     LoaderOptions(batch_size=batch_size, remainder=remainder)
-    src = resolve_source(source)
+    src = select_partitions(resolve_source(source), partitions)
     if src.total_records is None:
         raise ValueError(f"steps_per_epoch needs record counts from a _manifest.json; {src.uri} "
                          f"is not an output directory of tfrecord-io (count the records, or use "

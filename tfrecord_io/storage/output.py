@@ -95,11 +95,13 @@ _SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
 
 
 def _previous_splits(output: str) -> set[str]:
-    """The split directories (``--split``) that the conversion which wrote ``output`` made there."""
+    """The directories that the conversion which wrote ``output`` made there: its splits
+    (``--split``) or the outermost directories of its partitions (``--partition-by``)."""
     try:
-        return set(read_manifest(output).get("splits") or ())
+        manifest = read_manifest(output)
     except (OSError, ValueError):
         return set()
+    return set(manifest.get("splits") or ()) | {d.split("/")[0] for d in manifest.get("partitions") or ()}
 
 
 def _canonical(uri: str) -> tuple[str, str]:
@@ -309,6 +311,89 @@ def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[W
     top["split_config"] = splits.to_dict()
     _finish(output, top)
     return top
+
+
+def commit_partitions(output: str, partition_by: list[dict], files: list[WrittenFile], rejects: list[WrittenFile],
+                      totals: ConversionTotals, *, schema, compression: str, engine: str,
+                      max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+    """The commit of a partitioned output (:mod:`tfrecord_io.storage.partitions`).
+
+    ``files``' final names are ``<partition dir>/<task key>`` (``cut=Ideal/00003``), one per task
+    that wrote rows of the partition; each partition's shards are named ``part-J-of-M`` in task
+    order.  Every partition directory is a complete output (manifest with its ``partition``
+    values, ``_SUCCESS``); the top manifest lists every shard, with its index, the rejects,
+    ``partition_by`` (``[{"name", "type"}]``) and ``partitions``; its ``_SUCCESS`` is written last.
+    """
+    from tfrecord_io.storage.partitions import parse_partition_path
+
+    by_dir: dict[str, list[WrittenFile]] = {}
+    for f in sorted(files, key=lambda f: f.final_name):
+        directory = f.final_name.rpartition("/")[0]
+        if not directory:
+            raise RuntimeError(f"a shard of no partition: {f.final_name}")
+        by_dir.setdefault(directory, []).append(f)
+    named = [WrittenFile(f.temp_path, f"{d}/{shard_name(j, len(fs_), compression)}", f.records, f.bytes)
+             for d, fs_ in by_dir.items() for j, f in enumerate(fs_)]
+    _check_files(named, totals.records)
+    check_reject_fraction(totals, max_reject_fraction)
+    indexes = _indexes(named)
+    for d in by_dir:
+        fs.makedirs(fs.join(output, d))
+    _move(output, [*named, *rejects])
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    summary = {}
+    for d in by_dir:
+        mine = [f for f in named if f.final_name.rpartition("/")[0] == d]
+        n = sum(f.records for f in mine)
+        local = [WrittenFile(f.temp_path, f.final_name.rpartition("/")[2], f.records, f.bytes) for f in mine]
+        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
+                             {f.final_name.rpartition("/")[2]: indexes[f.final_name] for f in mine})
+        values = parse_partition_path(d + "/x")
+        manifest["partition"] = values
+        _finish(fs.join(output, d), manifest)
+        summary[d] = {"values": values, "records": n, "files": len(mine)}
+    top = _manifest(engine, schema, compression, named, rejects, totals, indexes)
+    if totals.present is not None:
+        top["present"] = dict(totals.present)
+    top["partition_by"] = list(partition_by)
+    top["partitions"] = summary
+    _finish(output, top)
+    return top
+
+
+def write_partition_shards(batches: Iterable, output: str, attempt: str, task_key: str, compression: str,
+                           level: int = DEFAULT_COMPRESSION_LEVEL) -> list[WrittenFile]:
+    """Write ``(records, codes, dirs)`` batches (record i goes to partition ``dirs[codes[i]]``) to
+    one temporary file per partition this task sees, opened as its first record comes, each with
+    its record index; final names ``<dir>/<task_key>`` (see :func:`commit_partitions`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    comp = normalize_compression(compression)
+    open_: dict[str, tuple] = {}  # dir -> (path, file, index file, writer, index)
+    try:
+        for records, codes, dirs in batches:
+            codes = np.asarray(codes)
+            for code in np.unique(codes):
+                d = dirs[int(code)]
+                if d not in open_:
+                    path = fs.join(attempt_dir(output, attempt), d, task_key)
+                    f = fs.open(path, "wb")
+                    fi = fs.open(index_uri(path), "wb")
+                    index = IndexWriter(fi, index_uri(path))
+                    open_[d] = (path, f, fi, TFRecordWriter(f, compression=comp, compression_level=level,
+                                                            index=index), index)
+                mask = codes == code
+                open_[d][3].write_batch(records if mask.all() else records.filter(pa.array(mask)))
+        for path, f, fi, w, index in open_.values():
+            w.close()
+            index.finish(w.bytes_written, comp)
+    finally:
+        for path, f, fi, w, index in open_.values():
+            f.close()
+            fi.close()
+    return [WrittenFile(path, f"{d}/{task_key}", w.records_written, w.bytes_written)
+            for d, (path, f, fi, w, index) in sorted(open_.items())]
 
 
 def _check_files(files: list[WrittenFile], records: int) -> None:

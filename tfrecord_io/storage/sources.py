@@ -267,7 +267,7 @@ def _resolve_dir(uri: str, how: _Resolver, committed: bool) -> Source:
         if committed:
             raise FileNotFoundError(f"{uri} has {SUCCESS} but no {MANIFEST}: it was not written by "
                                     f"tfrecord-io; pass a glob of its files and schema= instead")
-        files = [e for e in entries if not hidden(e) and not fs.isdir(e)]
+        files = _partition_files(entries)
         if not files:
             raise FileNotFoundError(f"{uri}: a directory with no record files (and no {MANIFEST})")
         return Source(uri, tuple(how.file(f, _relative(uri, f)) for f in sorted(files)), is_dir=True,
@@ -289,6 +289,20 @@ def _resolve_dir(uri: str, how: _Resolver, committed: bool) -> Source:
     extra = tuple(_relative(uri, e) for e in entries if not hidden(e) and e not in listed and not fs.isdir(e))
     return Source(uri, tuple(sorted(files, key=lambda f: f.uri)), is_dir=True, manifest=manifest,
                   success=success, extra_entries=extra, schema=manifest.schema, schema_from="manifest")
+
+
+def _partition_files(entries: list[str]) -> list[str]:
+    """The record files of a directory without a manifest: its own, and those of its Hive-style
+    partition directories (``cut=Ideal/``, spark-tfrecord's ``partitionBy``), at any depth."""
+    files = []
+    for e in entries:
+        if hidden(e):
+            continue
+        if not fs.isdir(e):
+            files.append(e)
+        elif "=" in e.rstrip("/").rsplit("/", 1)[-1]:
+            files += _partition_files(fs.ls(e))
+    return files
 
 
 def _resolve_split_root(uri: str, manifest: Manifest, how: _Resolver, committed: bool, success: bool) -> Source:

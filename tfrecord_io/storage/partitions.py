@@ -1,0 +1,148 @@
+"""Hive-style partitioned outputs: ``<output>/cut=Ideal/color=E/part-...``, as Spark's file sources
+and spark-tfrecord write them.
+
+A partitioned output (``option("partitionBy", "cut")``, the job's ``--partition-by``) holds one
+directory per value (per combination of values) of its partition columns, each a complete output
+of its own (shards, ``_manifest.json``, ``_SUCCESS``: ``make_dataset("out/cut=Ideal")`` reads one
+partition).  The top ``_manifest.json`` lists every shard (``cut=Ideal/part-00000-of-00002.tfrecord``)
+with its record index, so the root reads as one output too, plus ``partition_by`` (the columns and
+their feature types) and ``partitions`` (per directory: its values, records and files).
+
+Unlike Hive and spark-tfrecord, the partition columns stay in every record as well: a TFRecord
+file read on its own (TensorFlow has no partition discovery) still has them, and the loader gets
+them as ordinary features.
+
+Directory names: ``name=value``, the value as Spark prints it (integers in decimal, booleans
+``true``/``false``, dates ``YYYY-MM-DD``), with the characters Hive escapes written ``%XX``
+(Spark's ``ExternalCatalogUtils.escapePathName``); a null or empty value is Hive's
+``__HIVE_DEFAULT_PARTITION__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+__all__ = ["DEFAULT_PARTITION", "PARTITION_ARROW_TYPES", "check_partition_columns", "escape", "partition_codes", "select_partitions",
+           "partition_dir", "parse_partition_path", "unescape"]
+
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# What Hive (and Spark) escape in a partition value: control characters and these.
+_ESCAPED = frozenset(chr(c) for c in range(1, 0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
+#: Column kinds a partition column may have (Arrow type predicates' names, for messages).
+PARTITION_ARROW_TYPES = "a string, integer, boolean or date column"
+
+
+def escape(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "%" and _is_hex(text[i + 1:i + 3]):
+            out.append(chr(int(text[i + 1:i + 3], 16)))
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _is_hex(s: str) -> bool:
+    return len(s) == 2 and all(c in "0123456789abcdefABCDEF" for c in s)
+
+
+def partition_dir(values: dict[str, str | None]) -> str:
+    """``{"cut": "Ideal", "color": "E"}`` -> ``cut=Ideal/color=E`` (in the order given)."""
+    return "/".join(f"{escape(k)}={DEFAULT_PARTITION if v is None or v == '' else escape(v)}"
+                    for k, v in values.items())
+
+
+def parse_partition_path(relative: str) -> dict[str, str | None]:
+    """The ``name=value`` directories of a file's path relative to its output, outermost first
+    (``{}`` for a file at the top); a default partition's value is None."""
+    values: dict[str, str | None] = {}
+    for part in relative.split("/")[:-1]:
+        name, eq, value = part.partition("=")
+        if not eq or not name:
+            return {}
+        raw = unescape(value)
+        values[unescape(name)] = None if raw == DEFAULT_PARTITION else raw
+    return values
+
+
+def _is_partition_type(t) -> bool:
+    import pyarrow as pa
+
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+            or pa.types.is_boolean(t) or pa.types.is_date(t))
+
+
+def check_partition_columns(columns: Sequence[str], types: dict[str, Any], where: str) -> None:
+    """ValueError unless each of ``columns`` is one of ``types`` (name -> Arrow type) of a kind a
+    partition directory can name."""
+    if not columns:
+        raise ValueError("partitionBy names no column")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"partitionBy names a column twice: {list(columns)}")
+    for c in columns:
+        if c not in types:
+            raise ValueError(f"partition column {c!r} is not a column of {where} ({', '.join(sorted(types))})")
+        if not _is_partition_type(types[c]):
+            raise ValueError(f"partition column {c!r} is {types[c]}: partition by {PARTITION_ARROW_TYPES}")
+
+
+def partition_codes(columns: Iterable[Any], names: Sequence[str]) -> tuple[Any, list[str], list[dict]]:
+    """Each row's partition: ``(codes, dirs, values)`` -- ``dirs[codes[i]]`` is row i's directory,
+    ``values[codes[i]]`` its values by column (None for null) -- from the partition columns' Arrow
+    arrays (one per name).  Vectorized: Python runs once per distinct partition, not per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    indices, dictionaries = [], []
+    for col in columns:
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        text = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
+        encoded = pc.dictionary_encode(text, null_encoding="encode")
+        dictionaries.append(encoded.dictionary.to_pylist())
+        indices.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+    if not indices:
+        raise ValueError("no partition column")
+    stacked = np.stack(indices, axis=1)
+    unique, codes = np.unique(stacked, axis=0, return_inverse=True)
+    values = [{n: d[int(k)] for n, d, k in zip(names, dictionaries, row)} for row in unique]
+    return codes.reshape(-1), [partition_dir(v) for v in values], values
+
+
+def select_partitions(source, wanted: dict | None):
+    """``source`` (a :class:`~tfrecord_io.storage.sources.Source`) with only the files of the
+    partitions ``wanted`` names: ``{"cut": "Ideal"}`` or ``{"cut": ["Ideal", "Good"], "year": 2024}``
+    (values compared as their directory text; None: the null partition).  ValueError when the
+    source has no such partition column, or no partition matches."""
+    import dataclasses
+
+    if wanted is None:
+        return source
+    if not isinstance(wanted, dict) or not wanted:
+        raise TypeError(f"partitions must be a dict of column -> value(s), got {wanted!r}")
+    want = {}
+    for name, value in wanted.items():
+        values = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
+        want[name] = {None if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in values}
+    found: dict[str, set] = {}
+    kept = []
+    for f in source.files:
+        values = parse_partition_path(f.name)
+        for k, v in values.items():
+            found.setdefault(k, set()).add(v)
+        if all(k in values and values[k] in vs for k, vs in want.items()):
+            kept.append(f)
+    unknown = sorted(set(want) - set(found))
+    if unknown:
+        has = f"its partition columns are {sorted(found)}" if found else "it is not partitioned"
+        raise ValueError(f"{source.uri}: no partition column {', '.join(map(repr, unknown))} ({has})")
+    if not kept:
+        shown = "; ".join(f"{k}: {', '.join(sorted(str(v) for v in vs))}" for k, vs in sorted(found.items()))
+        raise ValueError(f"{source.uri}: no partition matches {wanted!r} (it has {shown})")
+    return dataclasses.replace(source, files=tuple(kept))
