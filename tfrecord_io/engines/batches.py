@@ -52,7 +52,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
-from tfrecord_io.core.framing import CorruptRecordError, normalize_compression, until_corrupt
+from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
+from tfrecord_io.engines.reader_options import check_common
 from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
@@ -67,7 +68,6 @@ INFER_SAMPLE_RECORDS = 1000
 _CHUNK_RECORDS = 4096   # records decoded at once ...
 _CHUNK_BYTES = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
 _FORMATS = ("numpy", "arrow")
-_ON_CORRUPT = ("error", "skip")
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,9 @@ class BatchOptions:
         for name in ("shuffle", "drop_remainder"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool)):
-            raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
         if self.format not in _FORMATS:
             raise ValueError(f"format must be 'numpy' or 'arrow', got {self.format!r}")
-        if self.on_corrupt not in _ON_CORRUPT:
-            raise ValueError(f"on_corrupt must be 'error' or 'skip', got {self.on_corrupt!r}")
-        if self.compression != "auto":
-            try:
-                object.__setattr__(self, "compression", normalize_compression(self.compression))
-            except ValueError as e:
-                raise ValueError(f"compression: {e}; or 'auto'") from e
+        check_common(self)
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import fs, sources
 from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
 from tfrecord_io.storage.partitions import select_partitions
+from tfrecord_io.engines.reader_options import check_common
 from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source, SourceFile
 
@@ -194,7 +195,6 @@ AUTOTUNE_MIN_CPUS = 5
 #: Epochs of one iterator of a dataset with num_epochs=None (forever, for any practical purpose).
 _FOREVER = 1 << 40
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
-_ON_CORRUPT = ("error", "skip")
 _REMAINDER = ("drop", "pad")
 _READ_BUFFER = 256 << 10  # TFRecordDataset's own default
 _LENGTH = struct.Struct("<Q")
@@ -295,19 +295,9 @@ class LoaderOptions:
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.deterministic is not None and not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic must be True, False or None, got {self.deterministic!r}")
-        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool)):
-            raise TypeError(f"seed must be an integer or None, got {self.seed!r}")
-        if self.on_corrupt not in _ON_CORRUPT:
-            raise ValueError(f"on_corrupt must be 'error' or 'skip', got {self.on_corrupt!r}")
+        check_common(self)
         if self.remainder not in _REMAINDER:
             raise ValueError(f"remainder must be 'drop' or 'pad', got {self.remainder!r}")
-        if self.compression != "auto":
-            from tfrecord_io.core.framing import normalize_compression
-
-            try:
-                object.__setattr__(self, "compression", normalize_compression(self.compression))
-            except ValueError as e:
-                raise ValueError(f"compression: {e}; or 'auto'") from e
         ptd = self.prefetch_to_device
         if not (ptd in ("auto", True, False) or (isinstance(ptd, str) and ptd)):
             raise ValueError(f"prefetch_to_device must be 'auto', True, False or a device name, got {ptd!r}")

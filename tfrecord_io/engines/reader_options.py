@@ -1,0 +1,29 @@
+"""The options both readers share (the tf.data loader's ``LoaderOptions`` and ``read_batches``'
+``BatchOptions``), checked one way: ``seed``, ``on_corrupt`` and ``compression``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ON_CORRUPT", "check_common"]
+
+#: What a reader does at a corrupt record: fail naming the file and offset, or keep the file's
+#: intact records before it and go on.
+ON_CORRUPT = ("error", "skip")
+
+
+def check_common(options) -> None:
+    """Check ``options.seed`` / ``.on_corrupt`` and normalize ``.compression`` (``"auto"`` or a
+    compression name) of a frozen dataclass; TypeError / ValueError naming the option."""
+    from tfrecord_io.core.framing import normalize_compression
+
+    seed = options.seed
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
+        raise TypeError(f"seed must be an integer or None, got {seed!r}")
+    if options.on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be 'error' or 'skip', got {options.on_corrupt!r}")
+    if options.compression != "auto":
+        try:
+            object.__setattr__(options, "compression", normalize_compression(options.compression))
+        except ValueError as e:
+            raise ValueError(f"compression: {e}; or 'auto'") from e
