@@ -178,3 +178,17 @@ def test_the_job_partitions_on_hdfs_and_beam_refuses_naming_the_spark_job(spark_
                            "--overwrite"], capture_output=True, text=True, timeout=300)
     assert beam.returncode == 2 and "--partition-by (Hive-style partition directories) is the Spark job's" \
         in beam.stderr and "use the Spark job" in beam.stderr, beam.stderr[-2000:]
+
+
+def test_data_source_partitions_on_hdfs_and_reads_them_back(tfspark, hdfs, tmp_path):
+    out = hdfs.uri(f"/partitions/{tmp_path.name}/ds")
+    diamonds(tfspark, 80).write.format("tfrecord").option("partitionBy", "year,cut").mode("overwrite").save(out)
+    top = output.read_manifest(out)
+    assert top["totals"]["records"] == 80 and len(top["partitions"]) == 4  # year follows cut here (i % 2, i % 4)
+    assert fs.exists(f"{out}/year=2021/cut=Good/_SUCCESS") and fs.exists(f"{out}/_SUCCESS")
+    df = tfspark.read.format("tfrecord").load(out)
+    assert sorted((r["year"], r["cut"], r["n"]) for r in df.groupBy("year", "cut").count()
+                  .withColumnRenamed("count", "n").collect()) == sorted(
+        (2020 + k % 2, CUTS[k], 20) for k in range(4))
+    got = ids_by(make_dataset(out, batch_size=16, prefetch_to_device=False, partitions={"year": 2021}))
+    assert got == {c: [i for i in range(80) if CUTS[i % 4] == c] for c in ("Good", "Premium")}
