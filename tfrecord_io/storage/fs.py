@@ -41,6 +41,7 @@ just before the fork.  Files opened before a fork must not be used in the child.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import ctypes
 import errno
@@ -53,6 +54,7 @@ import shutil
 import stat
 import threading
 import time
+import weakref
 from typing import BinaryIO, Callable
 from urllib.parse import urlsplit
 
@@ -648,6 +650,17 @@ class DataNodeStalledError(TimeoutError, ConnectionError):
 # Packets (as hdfs-native streams them: ~64 KiB) a streamed read keeps ahead of its reader.
 _STREAM_AHEAD = 64
 _END = object()
+# Streams still running, ended and joined at exit: a daemon thread still inside hdfs-native (Rust)
+# when the interpreter finalizes aborts the process ("FATAL: exception not rethrown").
+_LIVE_STREAMS: "weakref.WeakSet[_HdfsReader]" = weakref.WeakSet()
+
+
+def _end_streams_at_exit() -> None:
+    for reader in list(_LIVE_STREAMS):
+        reader._end_stream(join=2.0)
+
+
+atexit.register(_end_streams_at_exit)
 
 
 class _HdfsReader(io.RawIOBase):
@@ -701,14 +714,31 @@ class _HdfsReader(io.RawIOBase):
             except BaseException as e:  # noqa: BLE001 - handed to the reader's thread
                 put(e)
 
-        threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-read").start()
-        self._stream = (packets, stop, os.getpid())
+        thread = threading.Thread(target=pump, daemon=True, name="tfrecord-io-hdfs-read")
+        thread.start()
+        self._stream = (packets, stop, os.getpid(), thread)
+        _LIVE_STREAMS.add(self)
 
-    def _end_stream(self) -> None:
+    def _end_stream(self, join: float = 0.0) -> None:
+        """Stop the stream's thread (it ends at its next packet); wait ``join`` seconds for it."""
         if self._stream is not None:
-            self._stream[1].set()
+            _, stop, pid, thread = self._stream
+            stop.set()
             self._stream = None
+            if join and pid == os.getpid():
+                thread.join(join)
         self._chunk, self._at = b"", 0
+
+    def _at_end(self) -> None:
+        """All of the file was read: let the stream's thread leave hdfs-native before the caller
+        goes on (a process that exits right after must not find it there)."""
+        if self._stream is not None and self._stream[2] == os.getpid():
+            packets, _, _, thread = self._stream
+            try:
+                packets.get(timeout=self._fs.timeout)  # its end marker (or a late error: the data is complete)
+            except Exception:  # noqa: BLE001 - queue.Empty: the join below is bounded anyway
+                pass
+            self._end_stream(join=self._fs.timeout)
 
     def _next_packet(self, wait: bool) -> bool:
         """The next packet into ``self._chunk``; False when none is there (``wait=False``)."""
@@ -744,6 +774,8 @@ class _HdfsReader(io.RawIOBase):
         data = self._chunk if n == len(self._chunk) else self._chunk[self._at:self._at + n]
         self._at += n
         self._pos += n
+        if self._pos >= self._length and self._at >= len(self._chunk):
+            self._at_end()
         return data
 
     def read(self, size: int = -1) -> bytes:
@@ -786,7 +818,7 @@ class _HdfsReader(io.RawIOBase):
         return self._pos
 
     def close(self):
-        self._end_stream()
+        self._end_stream(join=1.0)
         super().close()
 
 
