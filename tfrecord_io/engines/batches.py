@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
 from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
-from tfrecord_io.engines.reader_options import check_common
+from tfrecord_io.engines.reader_options import check_common, check_feature_names
 from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
@@ -186,14 +186,7 @@ def _infer(src: Source) -> Schema:
 def _chosen(schema: Schema, names: tuple[str, ...] | None) -> list[Feature]:
     if names is None:
         return list(schema.input_features)
-    known = {f.name for f in schema.input_features}
-    for name in names:
-        if name not in known:
-            import difflib
-
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; features: {sorted(known)}"
-            raise ValueError(f"features=: no feature named {name!r} in the schema{hint}")
+    check_feature_names(schema, names)
     return [schema.feature(name) for name in names]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ON_CORRUPT", "check_common"]
+__all__ = ["ON_CORRUPT", "check_common", "check_feature_names"]
 
 #: What a reader does at a corrupt record: fail naming the file and offset, or keep the file's
 #: intact records before it and go on.
@@ -27,3 +27,16 @@ def check_common(options) -> None:
             object.__setattr__(options, "compression", normalize_compression(options.compression))
         except ValueError as e:
             raise ValueError(f"compression: {e}; or 'auto'") from e
+
+
+def check_feature_names(schema, names) -> None:
+    """ValueError naming the first of ``names`` (``features=``) that is no input feature of
+    ``schema``, and the closest one there is."""
+    known = {f.name for f in schema.input_features}
+    for name in names:
+        if name not in known:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; features: {sorted(known)}"
+            raise ValueError(f"features=: no feature named {name!r} in the schema{hint}")

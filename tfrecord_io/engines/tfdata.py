@@ -163,7 +163,7 @@ from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import fs, sources
 from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
 from tfrecord_io.storage.partitions import select_partitions
-from tfrecord_io.engines.reader_options import check_common
+from tfrecord_io.engines.reader_options import check_common, check_feature_names
 from tfrecord_io.storage.shard_cache import CacheStats, ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source, SourceFile
 
@@ -485,14 +485,7 @@ def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
         return schema
     if isinstance(names, str):
         raise TypeError("features= takes a list of feature names, not a string")
-    known = {f.name for f in schema.input_features}
-    for name in names:
-        if name not in known:
-            import difflib
-
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; features: {sorted(known)}"
-            raise ValueError(f"features=: no feature named {name!r} in the schema{hint}")
+    check_feature_names(schema, names)
     keep = set(names) | ({schema.label} if schema.label else set())
     if schema.record_type == "example":
         return dataclasses.replace(schema, features=tuple(f for f in schema.features if f.name in keep),
