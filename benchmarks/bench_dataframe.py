@@ -1,6 +1,7 @@
 """Benchmark: tfrecord-io against LinkedIn's spark-tfrecord 0.7.0, in one Spark, interleaved rounds.
 
-    .venv/bin/python benchmarks/bench_dataframe.py [--rows 1000000] [--rounds 5] [--peer-jar PATH] [--reader-only]
+    .venv/bin/python benchmarks/bench_dataframe.py [--rows 1000000] [--rounds 5] [--peer-jar PATH]
+        [--reader-only | --csv-only]
 
 Data: ``bench_spark.make_csv`` (``--rows`` rows x 17 columns: 10 float, 5 int64, 1 string, 1 int64
 label), and the same rows as Parquet.  One ``spark-submit --master local[2] --jars spark-tfrecord``
@@ -44,7 +45,8 @@ OPS = ("csv: ours (job)", "csv: peer", "csv gzip: ours (job)", "csv gzip: peer",
        "parquet df -> tfrecord: ours", "parquet df -> tfrecord: peer",
        "tfrecord -> df: ours", "tfrecord -> df: peer",
        "csv --shards input: ours (job)", "csv gzip --shards input: ours (job)")
-READER_OPS = (OPS[6], OPS[7])  # the second job's, with executors without TensorFlow
+READER_OPS = (OPS[6], OPS[7])
+CSV_OPS = (OPS[0], OPS[1], OPS[2], OPS[3], OPS[8], OPS[9])  # the second job's, with executors without TensorFlow
 #: The table's rows: (operation, ours, peer).  The --shards input rows compare with the same peer runs.
 PAIRS = (("csv", OPS[0], OPS[1]), ("csv gzip", OPS[2], OPS[3]),
          ("csv, --shards input (no shuffle, as the peer)", OPS[8], OPS[1]),
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-jar", default=str(PEER_JAR))
     p.add_argument("--reader-only", action="store_true",
                    help="only the read with executors without TensorFlow (the second job)")
+    p.add_argument("--csv-only", action="store_true",
+                   help="only the CSV jobs (ours and the peer's, plain and gzip, both layouts of ours)")
     args = p.parse_args(argv)
     if not Path(args.peer_jar).is_file():
         raise SystemExit(f"spark-tfrecord's jar is not at {args.peer_jar} (see ../shared/peers/README.md)")
@@ -179,13 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     job = [*base, __file__, "rounds", "--csv", str(csv), "--parquet", str(work / "data.parquet"),
            "--schema", str(schema), "--work", str(work), "--rounds", str(args.rounds), "--rows", str(args.rows)]
     rows = []
-    if not args.reader_only:
+    if args.csv_only:
+        times = _rounds([*job, "--ops", ",".join(CSV_OPS)], env)
+        rows += [(label, times[ours], times[peer]) for label, ours, peer in PAIRS if ours in CSV_OPS]
+    elif not args.reader_only:
         times = _rounds(job, env)
         rows += [(label, times[ours], times[peer]) for label, ours, peer in PAIRS]
-    slim = {**env, "PYSPARK_DRIVER_PYTHON": sys.executable, "PYSPARK_PYTHON": tf_free_python(work)}
-    reader = _rounds([*job, "--ops", ",".join(READER_OPS), "--executors-without-tensorflow"], slim)
-    label, ours, peer = READER_PAIR
-    rows.append((label, reader[ours], reader[peer]))
+    if not args.csv_only:
+        slim = {**env, "PYSPARK_DRIVER_PYTHON": sys.executable, "PYSPARK_PYTHON": tf_free_python(work)}
+        reader = _rounds([*job, "--ops", ",".join(READER_OPS), "--executors-without-tensorflow"], slim)
+        label, ours, peer = READER_PAIR
+        rows.append((label, reader[ours], reader[peer]))
     print(f"\n### tfrecord-io vs spark-tfrecord 0.7.0: {args.rows:,} rows x 17 columns, local[2], "
           f"median of {args.rounds} interleaved warm rounds\n")
     print("| operation | tfrecord-io (s) | spark-tfrecord (s) | **peer / ours** |")

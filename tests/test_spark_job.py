@@ -30,8 +30,8 @@ from helpers import (CORPUS, CORPUS_SCHEMA, JOB, REPO, corpus_rows, corpus_table
                      write_corpus_csv)
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.schema import Schema, SchemaError
-from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, ReadStage, WriteStage,
-                                      run_conversion)
+from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, DealRows, ReadAndWrite,
+                                      ReadStage, WriteDealt, WriteStage, run_conversion)
 from tfrecord_io.engines.tfdata import parse_spec
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.testing.faults import FirstAttempt
@@ -90,7 +90,7 @@ def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_on
     read = ReadStage(schema, "csv", False, {str(path): header})
     write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", schema=schema,
                        faults=FirstAttempt("stall", {1, 2}))
-    for fn in (write, read):
+    for fn in (write, read, DealRows(read, 3), WriteDealt(write), ReadAndWrite(read, write)):
         assert pickle.loads(pickle.dumps(fn)) == fn
         assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
     read = cloudpickle.loads(cloudpickle.dumps(read))
@@ -464,6 +464,31 @@ def test_bad_corpus_every_row_accounted_for(spark, tmp_path, fmt, multiline):
             lines = sorted(r["line"] for r in rejects if r["source"].endswith("/" + name))
             assert lines == [int(x) for x in row["lines"].split(",") if x], name
     assert sum(serialized_records(sorted(out.glob("part-*"))).values()) == totals["records"]
+
+
+def test_even_shards_are_the_same_bytes_every_run(spark, tmp_path):
+    """The default layout: rows dealt by several read tasks (conversion.dealing) reach even shards,
+    each row once, and the same input gives byte-identical shards (a recomputed or retried task
+    writes what the first one would have)."""
+    rows = corpus_rows(6000)
+    write_corpus_csv(tmp_path / "in.csv", rows)
+    conf = {"spark.sql.files.maxPartitionBytes": "64k", "spark.sql.files.openCostInBytes": "8k"}
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        runs = [_convert(spark, tmp_path, str(tmp_path / "in.csv"), name=f"out{k}", num_shards=3, block_size=16 << 10)
+                for k in range(2)]
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    (out, manifest), (again, _) = runs
+    assert (tmp_path / "in.csv").stat().st_size > 4 * 64 << 10  # several read tasks dealt the rows
+    counts = [f["records"] for f in manifest["files"]]
+    assert sum(counts) == 6000 and max(counts) - min(counts) < 0.05 * 2000, counts
+    assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
+    for shard in sorted(out.glob("part-*")):
+        assert shard.read_bytes() == (again / shard.name).read_bytes(), shard.name
 
 
 def test_overwrite_refused_then_allowed(spark, tmp_path):

@@ -96,7 +96,7 @@ class ConversionOptions:
         deterministic) order, so that a loader shuffling within a window still mixes date-sorted
         input; ``"input"``: in input order (a little faster; sorted input gives sorted batches).
     shards: ``"even"`` (default): ``num_shards`` files of (nearly) the same number of records,
-        spread by a hash of each row, which costs a shuffle; ``"input"`` (the Spark job, Example
+        dealt to them by the read tasks (:mod:`tfrecord_io.conversion.dealing`), which costs a shuffle; ``"input"`` (the Spark job, Example
         records): one file per input split, written by the task that read it -- no shuffle, the
         fastest path, and spark-tfrecord's layout: files as uneven as the splits, records in input
         order (``record_order`` does not apply).

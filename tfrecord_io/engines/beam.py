@@ -10,7 +10,7 @@ and the same refusal to overwrite.  Entry points: :func:`run_conversion` (librar
 Pipeline (Example records)::
 
     Create(input files) -> ReadFile: parsing batches ----------------------> rejects
-                             | typed Arrow rows, sliced into num_shards pieces
+                             | typed Arrow rows, dealt to the shards (conversion.dealing)
                              v
                        GroupByKey(shard) -> WriteShard: encode_examples + write_shard
                              -> {shard files} + {reject files} + {row counts} -> report
@@ -79,7 +79,7 @@ import zlib
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 # Importing Beam logs "apitools not found, and bigquery client libraries are not available" at
 # WARNING on the root logger: it concerns Google Cloud I/O, which this pipeline never uses.
@@ -94,7 +94,7 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io.conversion import grouping, parsing
+from tfrecord_io.conversion import dealing, grouping, parsing
 from tfrecord_io.conversion.failure import ConversionError, worker_error
 from tfrecord_io.conversion.options import ConversionOptions
 from tfrecord_io.conversion.plan import Plan, plan_conversion
@@ -218,29 +218,6 @@ class _JobDoFn(beam.DoFn):
             os.environ.setdefault("HADOOP_USER_NAME", self.job.hdfs_user)
 
 
-# ---------------------------------------------------------------------------------------
-# Arrow batches through shuffles: IPC bytes (pickling a slice would copy its whole buffers)
-# ---------------------------------------------------------------------------------------
-def _to_ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def _from_ipc(data: bytes) -> pa.RecordBatch:
-    return pa.ipc.open_stream(data).read_next_batch()
-
-
-def _slices(num_rows: int, pieces: int) -> Iterator[tuple[int, int]]:
-    """(start, length) of up to ``pieces`` nearly equal, non-empty slices of ``num_rows`` rows."""
-    pieces = max(1, min(pieces, num_rows))
-    bounds = np.linspace(0, num_rows, pieces + 1).astype(np.int64)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if b > a:
-            yield int(a), int(b - a)
-
-
 def _global(value) -> WindowedValue:
     """An output of ``finish_bundle`` (which has no input element to take a window from)."""
     return WindowedValue(value, GlobalWindow().max_timestamp(), (GlobalWindow(),))
@@ -282,6 +259,15 @@ class ReadFile(_JobDoFn):
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
         input_rows = 0
         split_by = self.job.splits.feature if self.job.splits is not None else None
+        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(path.encode("utf-8", "backslashreplace")))
+        dealt = 0
+
+        def pieces(found):
+            nonlocal dealt
+            for shard, piece in found:
+                yield shard, ((path, dealt), piece)
+                dealt += 1
+
         with inputs.open_input(path) as stream:
             for pb in parsing.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
                                              multiline=conv.multiline, keep_raw=sequence or bool(split_by),
@@ -311,8 +297,8 @@ class ReadFile(_JobDoFn):
                 if sequence:
                     yield from _split_groups(pb, schema)
                 else:
-                    for start, length in _slices(pb.rows.num_rows, self.job.num_shards):
-                        yield self._shard(), _to_ipc(pb.rows.slice(start, length))
+                    yield from pieces(dealer.deal(pb.rows))
+        yield from pieces(dealer.finish())
         self.files_read.inc()
         yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": input_rows})
 
@@ -451,15 +437,16 @@ class BuildSequenceExamples(_JobDoFn):
             for shard in np.unique(shards):
                 rows = np.flatnonzero(shards == shard)  # in order: a group's pieces stay consecutive
                 piece = pa.RecordBatch.from_arrays([out.records.take(pa.array(rows))], names=["record"])
-                yield emit((int(shard), _to_ipc(piece)))
+                yield emit((int(shard), (None, dealing.to_ipc(piece))))
         yield emit({"kind": "groups", "records": len(out.records), "rows": out.rows_in_records}, STATS_TAG)
 
 
 class WriteShard(_JobDoFn):
     """(shard index, pieces) -> one TFRecord file in a fresh attempt dir.
 
-    Pieces are IPC bytes of typed rows (Example: encoded here) or of encoded records
-    (SequenceExample); ``None`` pieces only make sure every shard index has an element.
+    Pieces are (key, IPC bytes) of typed rows (Example: dealt by :mod:`tfrecord_io.conversion.dealing`,
+    encoded here) or of encoded records (SequenceExample); ``None`` pieces only make sure every shard
+    index has an element.
     """
 
     def __init__(self, job: _Job):
@@ -475,10 +462,10 @@ class WriteShard(_JobDoFn):
         present: Counter = Counter()
 
         def batches():
-            typed = (_from_ipc(piece) for piece in pieces if piece is not None)
+            given = (piece for piece in pieces if piece is not None)
             if example and job.conv.record_order == "shuffled":
-                return _shuffled(typed, np.random.default_rng(index))
-            return typed
+                return dealing.shuffled(given, np.random.default_rng(index))
+            return dealing.in_order(given)
 
         def records():
             for batch in batches():
@@ -508,29 +495,6 @@ class WriteShard(_JobDoFn):
             self.bytes_written.inc(w.bytes)
             counts = dict(present) if example and job.splits is None and k == 0 else None
             yield {"kind": "records", **output.written_file_dict(w), "present": counts}
-
-
-SHUFFLE_HOLD_BYTES = 1 << 30  # rows of one shard held to be shuffled together (larger shards: by windows)
-
-
-def _shuffled(batches: Iterable[pa.RecordBatch], rng) -> Iterator[pa.RecordBatch]:
-    """The rows of ``batches`` in a random order: all of them when they fit in
-    :data:`SHUFFLE_HOLD_BYTES`, else window by window (``record_order="shuffled"``)."""
-    held: list[pa.RecordBatch] = []
-    size = 0
-
-    def permute():
-        table = pa.Table.from_batches(held)
-        yield from table.take(pa.array(rng.permutation(table.num_rows))).to_batches(max_chunksize=65_536)
-
-    for batch in batches:
-        held.append(batch)
-        size += batch.nbytes
-        if size >= SHUFFLE_HOLD_BYTES:
-            yield from permute()
-            held, size = [], 0
-    if held:
-        yield from permute()
 
 
 class WriteRejects(_JobDoFn):

@@ -7,19 +7,22 @@ committed ``_manifest.json`` as a dict.  ``jobs/to_tfrecord.py`` (spark-submit) 
 Pipeline (one Spark job, two stages)::
 
     driver: list the input files (tfrecord_io.storage.inputs), read each CSV header, plan splits
-      -> mapInArrow "read": each task reads one split -- a line range of an uncompressed
-         file (Hadoop's rule: the lines that start in it), or a whole compressed / multiline
-         file -- and parses it with tfrecord_io.conversion.parsing, the Beam pipeline's parser: typed
-         rows plus rejected rows, each with its file, split, line, raw text, reason  (Python)
-      -> repartition(N): N = number of shards                                         (shuffle)
-         Examples: hash of (file, split, line), unique per row, so shards are even, and
-         (``record_order="shuffled"``, the default) sorted by another hash of it within each
-         shard, so that sorted input does not give sorted shards;
-         SequenceExamples: the group_by column, then sorted by group, order_by
-      -> mapInArrow "write": encode the converted rows (codec.encode_examples /
-         encode_sequence_examples), frame and write shard i with output.write_shard into
-         _temporary/<attempt>/, the rejects with output.write_rejects; yield one small report
-         row per file                                                                  (Python)
+      -> "read": each task reads one split -- a line range of an uncompressed file (Hadoop's rule:
+         the lines that start in it), or a whole compressed / multiline file -- and parses it with
+         tfrecord_io.conversion.parsing, the Beam pipeline's parser: typed rows plus rejected rows,
+         each with its file, split, line, raw text, reason                             (Python)
+      -> to the N shards (N = number of shards)                                        (shuffle)
+         Examples: the read task deals its rows to the shards in slices, as Arrow IPC pieces
+         (tfrecord_io.conversion.dealing, the Beam pipeline's rule too): an RDD partitioned by
+         shard carries a few large byte strings per task, so no row becomes a Spark row and no
+         row is converted back; shards are even whatever the splits;
+         SequenceExamples: the rows as Spark rows, partitioned by the group_by column, sorted by
+         group, order_by
+      -> "write": task i takes shard i's rows (Examples: in a random order seeded by the shard,
+         ``record_order="shuffled"``, the default, so that sorted input does not give sorted
+         shards), encodes them (codec.encode_examples / encode_sequence_examples), frames and
+         writes shard i with output.write_shard into _temporary/<attempt>/, the rejects with
+         output.write_rejects; one small report row per file                         (Python)
     driver: collect() the reports -> make reject lines the file's (below) -> output.commit():
          shards into place, _manifest.json, _SUCCESS
 
@@ -68,9 +71,10 @@ SequenceExamples
 Shards
     ``num_shards`` files, ``part-00000-of-0000N.tfrecord[.gz|.zlib]``.  By default N =
     ceil(input bytes / ``bytes_per_shard``) (128 MiB), at least 1, input bytes being the size
-    of the input files as Spark's file index lists them.  Examples are hash-partitioned on a
-    per-row key (a hash of file, split and line), so shards hold the same number of records
-    to within a few percent; SequenceExample shards are as even as the groups allow.
+    of the input files as Spark's file index lists them.  Examples are dealt to the shards in
+    slices of each parsed batch, so shards hold the same number of records to within a few
+    percent, and the same input gives the same shards, byte for byte (a recomputed read task
+    deals the same pieces); SequenceExample shards are as even as the groups allow.
     ``shards="input"`` (``--shards input``, Examples): one shard per read split, written by the
     task that parsed it (:class:`ReadAndWrite`) -- no shuffle and no trip back to the JVM, as
     spark-tfrecord writes Spark's partitions; shards are as uneven as the splits, records in
@@ -94,7 +98,7 @@ write task's batches to ``faults.around_write`` (:mod:`tfrecord_io.testing.fault
 :class:`WriteStage` carries to the executors; nothing in the environment or the options turns it on.
 
 The functions shipped to executors are instances of module-level classes (:class:`ReadStage`,
-:class:`WriteStage`), picklable with plain ``pickle`` as well as cloudpickle; executors
+:class:`WriteStage`, :class:`DealRows`, :class:`WriteDealt`, :class:`ReadAndWrite`), picklable with plain ``pickle`` as well as cloudpickle; executors
 must be able to import ``tfrecord_io`` (ship it with ``--py-files``; see :func:`package_zip`).
 
 Read tasks are sized and packed as Spark packs file splits (``FilePartition``): the split size is
@@ -120,7 +124,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from tfrecord_io.conversion import grouping, parsing
+from tfrecord_io.conversion import dealing, grouping, parsing
 from tfrecord_io.conversion.failure import ConversionError, worker_error
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
@@ -171,11 +175,11 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     plan.prepare_output()
     sc = spark.sparkContext
     try:
-        staged, parts, counts, write, num_shards = _stages(spark, plan, faults)
+        run, parts, counts, num_shards = _stages(spark, plan, faults)
         sc.setJobGroup(job_id, f"tfrecord-io: {','.join(options.inputs)} -> {out} ({num_shards} shards)",
                        interruptOnCancel=True)
         try:
-            reports = staged.mapInArrow(write, REPORT_DDL).collect()
+            reports = run()
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
             sc.setLocalProperty("spark.job.description", None)
@@ -476,8 +480,8 @@ def _read_names(schema: Schema) -> list[str]:
 
 
 def _read_stage(spark, plan: Plan):
-    """(a DataFrame of the read splits, a task's splits per partition; the ReadStage over it; the
-    splits; the line-count accumulator; the number of read tasks)."""
+    """(an RDD of the read splits, a task's splits per partition, as (source, start, end, whole); the
+    ReadStage over it; the splits; the line-count accumulator; the number of read tasks)."""
     sc, conf, opts = spark.sparkContext, spark.conf, plan.options
     max_split = _conf_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     open_cost = _conf_bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
@@ -489,45 +493,108 @@ def _read_stage(spark, plan: Plan):
     # One element (a task's splits) per slice: partition i reads exactly tasks[i].
     rows = sc.parallelize([[(sp.source, sp.start, sp.end, sp.whole) for sp in task] for task in tasks],
                           len(tasks)).flatMap(lambda task: task)
-    df = spark.createDataFrame(rows, "source string, start bigint, end bigint, whole boolean")
     stage = ReadStage(plan.schema, opts.input_format, opts.multiline, dict(plan.headers), counts, opts.block_size)
-    return df, stage, splits, counts, len(tasks)
+    return rows, stage, splits, counts, len(tasks)
 
 
 # ---------------------------------------------------------------------------------------------
 # The stages of a plan
 # ---------------------------------------------------------------------------------------------
 def _stages(spark, plan: Plan, faults=None):
-    """The DataFrame the write stage runs on, the splits and line counts of the read, the write
-    stage, and the number of shards.  With ``shards="input"`` the write stage reads its split
-    itself (:class:`ReadAndWrite`): one shard per split and no shuffle."""
+    """(a function that runs the job and returns the write tasks' reports, the splits and line counts
+    of the read, the number of shards).
+
+    * Examples, even shards (the default): read tasks deal their rows to the shards as Arrow IPC
+      pieces (:class:`DealRows`, :mod:`tfrecord_io.conversion.dealing`), Spark's shuffle moves the
+      pieces (an RDD partitioned by shard: no row ever becomes a Spark row), and write task i puts
+      shard i's rows in a random order (:class:`WriteDealt`) and writes them (:class:`WriteStage`).
+    * ``shards="input"``: the write stage reads its split itself (:class:`ReadAndWrite`): one shard per
+      split and no shuffle.
+    * SequenceExamples: the read stage's rows, partitioned by ``group_by`` and sorted by Spark.
+    """
     from pyspark.sql import functions as F
 
     opts, schema = plan.options, plan.schema
-    df, read, splits, counts, tasks = _read_stage(spark, plan)
+    rows, read, splits, counts, tasks = _read_stage(spark, plan)
+    df = spark.createDataFrame(rows, "source string, start bigint, end bigint, whole boolean")
 
     def write_stage(num_shards: int) -> WriteStage:
         return WriteStage(output=opts.output, job_id=plan.job_id, num_shards=num_shards, compression=opts.compression,
                           level=opts.level, partition_by=opts.partition_by,
                           schema=schema, max_steps=opts.max_steps, faults=faults, splits=plan.splits)
 
+    def through(staged, write):
+        return lambda: staged.mapInArrow(write, REPORT_DDL).collect()
+
     if opts.shards == "input":
-        return df, splits, counts, ReadAndWrite(read, write_stage(tasks)), tasks
-    prepared = df.mapInArrow(read, _read_schema(schema))
+        return through(df, ReadAndWrite(read, write_stage(tasks))), splits, counts, tasks
     num_shards = plan.num_shards
     if schema.record_type == "example":
-        # Every row has a distinct (file, split, line): hashing it spreads rows evenly over shards,
-        # and deterministically, so a recomputed map task sends each row where it went before.
-        staged = prepared.repartition(num_shards, F.col(SOURCE), F.col(START), F.col(LINE))
-        if opts.record_order == "shuffled":  # a random but deterministic order within each shard
-            staged = staged.sortWithinPartitions(F.xxhash64(F.col(SOURCE), F.col(START), F.col(LINE)))
-    else:
-        order = [F.col(_q(schema.group_by))]
-        if schema.order_by and schema.order_by != schema.group_by:
-            order.append(F.col(_q(schema.order_by)))
-        order += [F.col(SOURCE), F.col(START), F.col(LINE)]
-        staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
-    return staged, splits, counts, write_stage(num_shards), num_shards
+        dealt = rows.mapPartitionsWithIndex(DealRows(read, num_shards))
+        write = WriteDealt(write_stage(num_shards), shuffled=opts.record_order == "shuffled")
+        return (lambda: dealt.partitionBy(num_shards, _shard_of_piece).mapPartitions(write).collect(),
+                splits, counts, num_shards)
+    order = [F.col(_q(schema.group_by))]
+    if schema.order_by and schema.order_by != schema.group_by:
+        order.append(F.col(_q(schema.order_by)))
+    order += [F.col(SOURCE), F.col(START), F.col(LINE)]
+    prepared = df.mapInArrow(read, _read_schema(schema))
+    staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
+    return through(staged, write_stage(num_shards)), splits, counts, num_shards
+
+
+def _shard_of_piece(shard: int) -> int:
+    """partitionBy's function: a dealt piece's key is its shard, the write task's partition."""
+    return shard
+
+
+_SPLITS_SCHEMA = pa.schema([("source", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
+                           ("whole", pa.bool_())])
+
+
+@dataclass(frozen=True)
+class DealRows:
+    """RDD ``mapPartitionsWithIndex`` function over the read splits (Examples, even shards): parse
+    them (:class:`ReadStage`) and deal the rows, converted and rejected alike, to the shards:
+    ``(shard, ((task, n), ipc bytes))`` (:class:`tfrecord_io.conversion.dealing.Dealer`)."""
+
+    read: Any
+    num_shards: int
+
+    def __call__(self, index: int, rows: Iterable) -> Iterator[tuple]:
+        splits = list(rows)
+        batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
+                                            enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
+        dealer = dealing.Dealer(self.num_shards, first=index)
+        n = 0
+        for parsed in self.read([batch]):
+            for shard, piece in dealer.deal(parsed):
+                yield shard, ((index, n), piece)
+                n += 1
+        for shard, piece in dealer.finish():
+            yield shard, ((index, n), piece)
+            n += 1
+
+
+@dataclass(frozen=True)
+class WriteDealt:
+    """RDD ``mapPartitions`` function over one shard's dealt pieces: their rows, in a random order
+    seeded by the shard (``shuffled``) or as they came, written by :class:`WriteStage`; yields its
+    report rows as dicts."""
+
+    write: Any
+    shuffled: bool = True
+
+    def __call__(self, items: Iterable[tuple]) -> Iterator[dict]:
+        from pyspark import TaskContext
+
+        pieces = (piece for _, piece in items)
+        if self.shuffled:
+            batches = dealing.shuffled(pieces, np.random.default_rng(TaskContext.get().partitionId()))
+        else:
+            batches = dealing.in_order(pieces)
+        for report in self.write(batches):
+            yield from report.to_pylist()
 
 
 @dataclass(frozen=True)

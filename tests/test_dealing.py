@@ -1,0 +1,96 @@
+"""conversion.dealing: how Example rows reach their shards in the default layout (both engines).
+
+Units on real Arrow data: every row reaches exactly one shard, shards are even, pieces stay under
+their size, the same input deals the same pieces, and a shard's order does not depend on the order
+the shuffle delivered its pieces in.  The engines' end-to-end runs are in test_spark_job / test_beam.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tfrecord_io.conversion import dealing
+
+
+def _batches(n: int, size: int) -> list[pa.RecordBatch]:
+    """``n`` rows in batches of ``size``: an id, a float and a string column."""
+    out = []
+    for start in range(0, n, size):
+        ids = np.arange(start, min(n, start + size), dtype=np.int64)
+        out.append(pa.RecordBatch.from_arrays([pa.array(ids), pa.array(ids * 0.5, pa.float32()),
+                                               pa.array([f"row {i}" for i in ids])], names=["id", "x", "s"]))
+    return out
+
+
+def _deal(batches, num_shards: int, first: int = 0) -> list[tuple[int, bytes]]:
+    dealer = dealing.Dealer(num_shards, first=first)
+    pieces = [p for b in batches for p in dealer.deal(b)]
+    return pieces + list(dealer.finish())
+
+
+def _ids(batches) -> list[int]:
+    return [i for b in batches for i in b.column(0).to_pylist()]
+
+
+@pytest.mark.parametrize("rows,size,shards", [(10_000, 8192, 2), (10_000, 7, 3), (50_000, 8192, 37), (5, 5, 8),
+                                              (0, 1, 4)])
+def test_every_row_reaches_one_shard_and_shards_are_even(rows, size, shards):
+    pieces = _deal(_batches(rows, size), shards, first=5)
+    per_shard = Counter()
+    seen = []
+    for shard, data in pieces:
+        assert 0 <= shard < shards
+        got = dealing.from_ipc(data)
+        assert got and all(b.schema.names == ["id", "x", "s"] for b in got)
+        per_shard[shard] += sum(b.num_rows for b in got)
+        seen += _ids(got)
+    assert sorted(seen) == list(range(rows))
+    if rows:
+        # Dealt in slices, in turn: no shard is more than one slice (at most a batch / shards + 1 rows,
+        # and at most one row for each batch a shard was skipped in) from another.
+        counts = [per_shard[s] for s in range(shards)]
+        batches = -(-rows // size)
+        assert max(counts) - min(counts) <= max(1, -(-min(size, rows) // shards)) + batches, counts
+
+
+def test_pieces_stay_near_their_size_and_the_same_input_deals_the_same_pieces():
+    batches = _batches(800_000, 8192)  # 21 MB: more than two full pieces
+    pieces = _deal(batches, 2)
+    limit = dealing.piece_bytes(2)
+    slice_bytes = max(b.nbytes for b in batches) // 2 + 1
+    assert len(pieces) > 2  # buckets leave the task as they fill, not all at the end
+    assert all(len(data) < limit + 2 * slice_bytes for _, data in pieces)
+    assert pieces == _deal(_batches(800_000, 8192), 2)  # a recomputed read task sends the same bytes
+    assert dealing.piece_bytes(1) == dealing.MAX_PIECE_BYTES
+    assert dealing.piece_bytes(10_000) == dealing.MIN_PIECE_BYTES
+
+
+def test_a_shard_is_mixed_and_its_order_does_not_depend_on_arrival():
+    """Sorted input: the first tenth of a shuffled shard already spans the whole input, the rows are
+    each there once, and the pieces in any arrival order give the same order."""
+    batches = _batches(40_000, 1000)
+    keyed = [((task, n), data) for task in range(2) for n, (_, data) in
+             enumerate(_deal(batches[task * 20:(task + 1) * 20], 1, first=task))]
+    out = _ids(dealing.shuffled(keyed, np.random.default_rng(3)))
+    assert sorted(out) == list(range(40_000))
+    head = out[:4000]
+    assert min(head) < 4000 and max(head) > 36_000
+    reversed_arrival = _ids(dealing.shuffled(list(reversed(keyed)), np.random.default_rng(3)))
+    assert reversed_arrival == out
+    assert _ids(dealing.in_order(keyed)) == list(range(40_000))
+
+
+def test_a_shard_larger_than_the_hold_is_mixed_window_by_window():
+    batches = _batches(30_000, 1000)
+    keyed = [((0, n), dealing.to_ipc(b)) for n, b in enumerate(batches)]  # pieces of 1,000 rows
+    window = sum(len(d) for _, d in keyed) // 3 + 1
+    out = _ids(dealing.shuffled(keyed, np.random.default_rng(0), hold_bytes=window))
+    assert sorted(out) == list(range(30_000))
+    first, last = out[:5000], out[-5000:]
+    assert max(first) < 20_000 < min(last)  # each window is its own part of the input...
+    assert max(first) - min(first) > 5000  # ...mixed within
+
