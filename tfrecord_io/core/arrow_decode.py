@@ -793,23 +793,21 @@ class Scan:
 def _record_regions(wire: _Wire):
     """Per record: the ``features`` / ``context`` region, the ``feature_lists`` region (empty when
     absent), whether it has one, and whether the record is not one field 1 then one field 2."""
-    s, e = wire.starts, wire.ends
-    buf = wire.buf
-    f1 = (s < e) & (buf[s] == 0x0A)
-    length, size = wire.varint(s + 1)
-    a = s + 1 + size
-    b = a + length
-    f1_ok = f1 & (size > 0) & (b <= e)
-    ctx_s, ctx_e = np.where(f1_ok, a, s), np.where(f1_ok, b, s)
-    p = np.where(f1_ok, b, s)
-    f2 = (p < e) & (buf[p] == 0x12)
+    ctx_s, ctx_e, _, f1_bad = _length_delimited(wire, wire.starts, 0x0A)
+    lists_s, lists_e, f2_ok, f2_bad = _length_delimited(wire, ctx_e, 0x12)
+    return ctx_s, ctx_e, lists_s, lists_e, f2_ok, (lists_e != wire.ends) | f1_bad | f2_bad
+
+
+def _length_delimited(wire: _Wire, p: np.ndarray, tag: int):
+    """Per record, the length-delimited field whose tag byte is ``tag`` at ``p``: (its value's start
+    and end, both ``p`` where it is not there or broken; where it is there; where it is broken)."""
+    e, buf = wire.ends, wire.buf
+    there = (p < e) & (buf[p] == tag)
     length, size = wire.varint(p + 1)
     a = p + 1 + size
     b = a + length
-    f2_ok = f2 & (size > 0) & (b <= e)
-    lists_s, lists_e = np.where(f2_ok, a, p), np.where(f2_ok, b, p)
-    odd = np.where(f2_ok, b, p) != e
-    return ctx_s, ctx_e, lists_s, lists_e, f2_ok, odd | (f1 & ~f1_ok) | (f2 & ~f2_ok)
+    ok = there & (size > 0) & (b <= e)
+    return np.where(ok, a, p), np.where(ok, b, p), ok, there & ~ok
 
 
 def _by_key(entries: _Entries, keys: _Keys) -> list[tuple[str, np.ndarray]]:

@@ -66,6 +66,7 @@ __all__ = [
     "frame_records",
     "iter_record_lengths",
     "iter_records",
+    "mask_crc",
     "masked_crc32c",
     "normalize_compression",
     "read_records",
@@ -94,7 +95,7 @@ _U32 = struct.Struct("<I")
 _crc32c_value = google_crc32c.value  # C implementation; only accepts bytes
 
 
-def _mask(crc: int) -> int:
+def mask_crc(crc: int) -> int:
     """Rotate right by 15 bits and add LevelDB's mask delta, mod 2**32."""
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
@@ -103,14 +104,14 @@ def masked_crc32c(data: bytes) -> int:
     """Masked CRC-32C of ``data``, as stored in TFRecord headers and footers."""
     if type(data) is not bytes:  # google_crc32c rejects memoryview/bytearray
         data = memoryview(data).tobytes()
-    return _mask(_crc32c_value(data))
+    return mask_crc(_crc32c_value(data))
 
 
 def _check_length_crc(buf: bytes, pos: int, length: int, stored: int, cache: dict[int, int], name: str,
                       base: int) -> None:
     """Check the masked CRC of the length field at ``buf[pos:pos + 8]`` (``length``) against
     ``stored``; ``cache`` keeps the CRCs of lengths already seen (lengths repeat a lot)."""
-    got = _mask(_crc32c_value(buf[pos:pos + 8]))
+    got = mask_crc(_crc32c_value(buf[pos:pos + 8]))
     if len(cache) < 4096:
         cache[length] = got
     if got != stored:
@@ -151,7 +152,7 @@ _T8 = _make_slicing_by_8_tables()
 
 
 def _mask_array(crc: np.ndarray) -> np.ndarray:
-    """Vectorized :func:`_mask` over a uint32 array (uint32 arithmetic wraps)."""
+    """Vectorized :func:`mask_crc` over a uint32 array (uint32 arithmetic wraps)."""
     crc = crc.astype(np.uint32, copy=False)
     return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
 
@@ -185,8 +186,8 @@ def _masked_length_crcs(lengths: np.ndarray) -> np.ndarray:
 def _frame_one(data: bytes) -> tuple[bytes, bytes]:
     """(header, footer) of one record; ``data`` must be ``bytes``."""
     length = _LENGTH.pack(len(data))
-    header = length + _U32.pack(_mask(_crc32c_value(length)))
-    return header, _U32.pack(_mask(_crc32c_value(data)))
+    header = length + _U32.pack(mask_crc(_crc32c_value(length)))
+    return header, _U32.pack(mask_crc(_crc32c_value(data)))
 
 
 # --------------------------------------------------------------------------

@@ -57,7 +57,8 @@ from typing import Any, BinaryIO, Iterable
 import google_crc32c
 import numpy as np
 
-from tfrecord_io.core.framing import RECORD_OVERHEAD, iter_record_lengths, normalize_compression
+from tfrecord_io.core.framing import (RECORD_OVERHEAD, iter_record_lengths, mask_crc, masked_crc32c,
+                                      normalize_compression)
 from tfrecord_io.storage import fs
 
 __all__ = ["DALI_DIR", "INDEX_DIR", "INDEX_SUFFIX", "MANIFEST_INDEX_VERSION", "DaliIndexWriter", "IndexWriter",
@@ -74,10 +75,6 @@ _COMPRESSION_CODES = {"none": 0, "gzip": 1, "zlib": 2}
 _MAX_LENGTH = (1 << 32) - 1
 #: The manifest's ``index`` field: ``{"version": 1, "lengths": {shard path: encode_lengths(...)}}``.
 MANIFEST_INDEX_VERSION = 1
-
-
-def _mask(crc: int) -> int:
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -134,7 +131,7 @@ class IndexWriter:
     def finish(self, file_bytes: int, compression: str) -> None:
         comp = normalize_compression(compression)
         self._f.write(_FOOTER.pack(self.records, self.data_bytes + RECORD_OVERHEAD * self.records, int(file_bytes),
-                                   _COMPRESSION_CODES[comp], _mask(self._crc), MAGIC))
+                                   _COMPRESSION_CODES[comp], mask_crc(self._crc), MAGIC))
         self.finished = True
 
 
@@ -207,7 +204,7 @@ def parse_index(data: bytes, uri: str) -> RecordIndex:
     if magic != MAGIC or records * 4 != n_lengths:
         raise ValueError(f"{uri}: a truncated or damaged record index ({len(data)} bytes for {records} records)")
     raw = data[len(MAGIC):len(MAGIC) + n_lengths]
-    if _mask(google_crc32c.value(raw)) != crc:
+    if masked_crc32c(raw) != crc:
         raise ValueError(f"{uri}: record index CRC mismatch (the index is damaged)")
     compression = {v: k for k, v in _COMPRESSION_CODES.items()}.get(code)
     if compression is None:
