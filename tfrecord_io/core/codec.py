@@ -197,22 +197,31 @@ def _assemble(pieces: list, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate, per row, the pieces in order; returns (offsets[n+1], data).
 
     Fast path: lay the pieces side by side in an N x W matrix, each in a column block as
-    wide as its longest run (whole-block strided copies), then keep each row's valid
-    prefix of every block with one boolean compress.  When a few long runs would make
+    wide as its longest run (the constant ones as one row template broadcast to every row, the
+    others by whole-block strided copies), then keep each row's valid prefix of every block
+    with one boolean compress.  When a few long runs would make
     the matrix much larger than the output, scatter each piece into place instead.
     """
-    pieces = _merge_consts([p for p in pieces if np.any(p.lengths)])
-    widths = [int(np.max(p.lengths)) for p in pieces]
+    pieces = [p for p in pieces if (p.lengths if isinstance(p.lengths, int) else p.lengths.any())]
+    widths = [p.lengths if isinstance(p.lengths, int) else int(p.lengths.max()) for p in pieces]
     row_len = np.zeros(n, dtype=np.int64) + _total_length(pieces)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(row_len, out=offsets[1:])
     total, width = int(offsets[-1]), sum(widths)
     if n * width <= 2 * total + (1 << 16):
+        template = np.zeros(width, dtype=np.uint8)
+        at = 0
+        for p, w in zip(pieces, widths):
+            if isinstance(p, _Const) and p.present is None:
+                template[at:at + w] = p.data
+            at += w
         mat = np.empty((n, width), dtype=np.uint8)
+        mat[:] = template
         mask = None
         at = 0
         for p, w in zip(pieces, widths):
-            p.fill(mat, at, w)
+            if not (isinstance(p, _Const) and p.present is None):
+                p.fill(mat, at, w)
             if not isinstance(p.lengths, int) and not (p.lengths == w).all():
                 if mask is None:
                     mask = np.ones((n, width), dtype=bool)
@@ -221,7 +230,7 @@ def _assemble(pieces: list, n: int) -> tuple[np.ndarray, np.ndarray]:
         return offsets, mat.reshape(-1) if mask is None else mat[mask]
     out = np.empty(total, dtype=np.uint8)
     pos = offsets[:-1].copy()
-    for p in pieces:
+    for p in _merge_consts(pieces):
         p.scatter(out, pos)
         pos += p.lengths
     return offsets, out
