@@ -8,6 +8,11 @@ before timing.  Both paths write an uncompressed TFRecord file to local disk.
 
 The baseline runs on the first --baseline-rows rows (it is slow); both are reported as
 records/s, and the ratio is ours / baseline.  Run:  .venv/bin/python benchmarks/bench_encode.py
+
+``--stages`` also times each stage of our path alone, in CPU seconds of this one thread, beside
+the floors a single core cannot go under on the same bytes (issue #22 item 4): a copy of the
+serialized records (memory bandwidth), the CRC32C of each record (the C library the framing
+calls), and the write of the framed bytes to the file.
 """
 
 from __future__ import annotations
@@ -54,6 +59,43 @@ def run_ours(table: pa.Table, path: str, batch_rows: int) -> float:
     return time.perf_counter() - t0
 
 
+def stages(table: pa.Table, path: str, batch_rows: int, repeats: int) -> list[tuple[str, float]]:
+    """(stage, best CPU seconds of ``repeats``) for each stage of run_ours alone, and the floors."""
+    import google_crc32c
+
+    from tfrecord_io.core.framing import frame_records
+
+    batches = table.to_batches(max_chunksize=batch_rows)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
+        return min(times)
+
+    encoded = [encode_examples(b, SCHEMA) for b in batches]
+    framed = [frame_records(e) for e in encoded]
+    payload = [np.frombuffer(e.buffers()[2], np.uint8) for e in encoded]
+    records = [e.to_pylist() for e in encoded]
+
+    def write():
+        with open(path, "wb") as f:
+            for data in framed:
+                f.write(data)
+
+    return [
+        ("encode_examples (Arrow columns -> serialized Examples)", best(lambda: [encode_examples(b, SCHEMA)
+                                                                              for b in batches])),
+        ("frame_records (lengths, CRC32Cs, headers and footers)", best(lambda: [frame_records(e) for e in encoded])),
+        ("write of the framed bytes to the file", best(write)),
+        ("floor: one copy of the serialized bytes (memory bandwidth)", best(lambda: [p.copy() for p in payload])),
+        ("floor: google_crc32c over each record", best(lambda: [google_crc32c.value(r) for rs in records
+                                                                 for r in rs])),
+    ]
+
+
 def run_baseline(rows: list[dict], path: str) -> float:
     import tensorflow as tf
 
@@ -91,6 +133,7 @@ def main() -> None:
     p.add_argument("--baseline-rows", type=int, default=100_000)
     p.add_argument("--batch-rows", type=int, default=8192)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--stages", action="store_true", help="also time each stage of ours alone (CPU seconds)")
     args = p.parse_args()
 
     table = make_table(args.rows)
@@ -101,6 +144,7 @@ def main() -> None:
         base_t = [run_baseline(base_rows, base_path) for _ in range(max(1, args.repeats - 2))]
         ok = same_content(ours_path, base_path, min(1000, args.baseline_rows))
         ours_size = os.path.getsize(ours_path)
+        split = stages(table, ours_path, args.batch_rows, args.repeats) if args.stages else []
     ours_rate = args.rows / statistics.median(ours_t)
     base_rate = args.baseline_rows / statistics.median(base_t)
     print(f"\nbench_encode on {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}), "
@@ -111,6 +155,12 @@ def main() -> None:
     print(f"| pure Python (tf.train.Example + tf.io.TFRecordWriter), {args.baseline_rows:,} rows "
           f"| {base_rate:,.0f} | 1.0x |")
     print(f"| tfrecord-io encode_examples + TFRecordWriter | {ours_rate:,.0f} | {ours_rate / base_rate:.1f}x |")
+    if split:
+        print(f"\nStages of ours alone, {args.rows:,} records, best of {args.repeats} (CPU seconds of one thread):\n")
+        print("| stage | CPU s | records/s |")
+        print("| --- | ---: | ---: |")
+        for name, cpu in split:
+            print(f"| {name} | {cpu:.3f} | {args.rows / cpu:,.0f} |")
     if not ok:
         raise SystemExit("the two paths wrote different values")
 
