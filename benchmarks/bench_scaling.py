@@ -53,11 +53,20 @@ ROWS_PER_FILE = 1_000_000
 # Peak memory of a process tree, from /proc
 # ---------------------------------------------------------------------------------------------
 def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (the JVM starts Spark's Python daemon from a thread
+    other than its main one: the main thread's list alone misses the Python workers)."""
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
 
 
 def _tree(pid: int) -> list[int]:

@@ -568,6 +568,9 @@ class DealRows:
         dealer = dealing.Dealer(self.num_shards, first=index)
         n = 0
         for parsed in self.read([batch]):
+            # The file's name, the same in every row of a split: sent once per piece, not per row.
+            at = parsed.schema.get_field_index(SOURCE)
+            parsed = parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode())
             for shard, piece in dealer.deal(parsed):
                 yield shard, ((index, n), piece)
                 n += 1
