@@ -23,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 
 #: Rows of one shard held to be put in a random order together (larger shards: window by window).
-#: The default shard (128 MiB of input) fits whole.
-HOLD_BYTES = 512 << 20
+#: The default shard (128 MiB of input) fits whole unless its rows are much larger in Arrow than as
+#: text.  A write task's Python worker holds this much of pieces and a permuted copy
+#: (docs/running-on-yarn.md, "Memory").
+HOLD_BYTES = 256 << 20
 #: A read task's buckets together hold about this much before pieces leave it.
 DEAL_BUFFER_BYTES = 64 << 20
 MIN_PIECE_BYTES = 256 << 10
