@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import tensorflow as tf
 
@@ -350,6 +352,45 @@ def test_writes_what_spark_tfrecord_writes_examples_and_sequence_examples(tfspar
     # ... and read back, to the DataFrame written
     back = {r["session"]: r.asDict() for r in tfspark.read.format("tfrecord").load(str(tmp_path / "seq")).collect()}
     assert back == {s["session"]: s for s in sessions}
+
+
+PEER_JAR = Path(__file__).resolve().parents[2] / "shared" / "peers" / "spark-tfrecord_2.13-0.7.0.jar"
+
+
+def test_spark_tfrecords_reader_reads_our_block_parallel_gzip(submit, tmp_path):
+    """Issue #22 item 2: the gzip stream our writer compresses in 1 MiB blocks on threads (several
+    blocks here) is read to every record by spark-tfrecord 0.7.0's own reader (Hadoop's GzipCodec),
+    in a spark-submit with the peer's jar, as its users run it."""
+    from tfrecord_io.core.codec import encode_examples
+    from tfrecord_io.core.framing import TFRecordWriter
+    from tfrecord_io.core.schema import Schema
+
+    if not PEER_JAR.is_file():
+        pytest.fail(f"spark-tfrecord's jar is not at {PEER_JAR}: this test reads our gzip with it "
+                    f"(../shared/peers/README.md says how it was built)")
+    schema = Schema.from_dict({"features": [{"name": "id", "type": "int64"}, {"name": "name", "type": "string"}]})
+    n = 60_000
+    ids = np.arange(n, dtype=np.int64)
+    batch = pa.RecordBatch.from_arrays([pa.array(ids), pa.array([f"name-{i:07d}-" * 3 for i in ids])],
+                                       names=["id", "name"])
+    path = tmp_path / "data" / "part-00000.tfrecord.gz"
+    path.parent.mkdir()
+    with TFRecordWriter(path, "gzip", compression_threads=2) as w:
+        w.write_batch(encode_examples(batch, schema))
+    assert len(gzip.decompress(path.read_bytes())) > 3 << 20  # several 1 MiB blocks
+    script = tmp_path / "peer_reads.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        from pyspark.sql import SparkSession, functions as F
+        spark = SparkSession.builder.getOrCreate()
+        df = spark.read.format("tfrecord").option("recordType", "Example").load(sys.argv[1])
+        row = df.agg(F.count("*").alias("n"), F.sum("id").alias("ids"),
+                     F.sum(F.length("name")).alias("chars")).collect()[0]
+        print("PEER " + json.dumps(row.asDict()))
+    """))
+    proc = submit([str(script), str(path.parent)], master="local[1]", extra=["--jars", str(PEER_JAR)])
+    got = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("PEER "))[5:])
+    assert got == {"n": n, "ids": int(ids.sum()), "chars": n * len("name-0000000-" * 3)}
 
 
 def test_sequence_example_needs_a_feature_list_column(tfspark, tmp_path):
