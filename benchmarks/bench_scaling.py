@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1,4,16", help="millions of rows (default 1,4,16)")
     ap.add_argument("--small-files", type=int, default=10_000, help="files for the small-file case (0: skip)")
-    ap.add_argument("--skip", default="", help="comma-separated: spark, beam, loader, scaling")
+    ap.add_argument("--skip", default="", help="comma-separated: spark, beam, loader, scaling (the 1M-16M table)")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(scaling_table(results, sizes))
 
     if args.small_files:
-        print(small_files(work, data / "rows-00.csv", args.small_files, str(schema)))
+        print(small_files(work, data / "rows-00.csv", args.small_files, str(schema), skip))
     print(f"\nworkdir: {work}", file=sys.stderr)
     return 0
 
@@ -287,32 +287,37 @@ def scaling_table(results: dict, sizes: list[int]) -> str:
     return "\n".join(out)
 
 
-def small_files(work: Path, one: Path, n: int, schema: str) -> str:
+def small_files(work: Path, one: Path, n: int, schema: str, skip: set = frozenset()) -> str:
+    """The small-file table: the engines ``skip`` does not name."""
     small = work / f"small-{n}"
     if not small.exists():
         print(f"writing {n} small files", file=sys.stderr, flush=True)
         _write_small_files(one, small, n)
     rows = ROWS_PER_FILE
-    spark_one = spark_job(str(one), schema, str(work / "sf-spark-one"), rows, ["--shards", "input"])
-    spark_many = spark_job(str(small), schema, str(work / "sf-spark-many"), rows, ["--shards", "input"])
-    beam_one_ = beam_job(str(one), schema, str(work / "sf-beam-one"), rows)
-    beam_many = beam_job(str(small), schema, str(work / "sf-beam-many"), rows)
-    beam_1 = beam_job(str(one), schema, str(work / "sf-beam-1-shard"), rows, num_shards=1)
-    beam_n = beam_job(str(one), schema, str(work / "sf-beam-n-shards"), rows, num_shards=n)
-    load_one = loader(str(work / "sf-beam-1-shard"), rows)
-    load_many = loader(str(work / "sf-beam-n-shards"), rows)
-    out = [f"| case | 1 file (s) | {n:,} files (s) | **ratio** | notes |", "| --- | ---: | ---: | ---: | --- |",
-           f"| Spark job, `--shards input` (warm) | {spark_one['seconds']:.1f} | {spark_many['seconds']:.1f} | "
-           f"**{_ratio(spark_many['seconds'], spark_one['seconds'])}** | {spark_many['files']} shards written "
-           f"from {n:,} files |",
-           f"| Beam pipeline (FnApiRunner) | {beam_one_['seconds']:.1f} | {beam_many['seconds']:.1f} | "
-           f"**{_ratio(beam_many['seconds'], beam_one_['seconds'])}** | default shards |",
-           f"| Beam pipeline writing 1 vs {n:,} shards (1 input file) | {beam_1['seconds']:.1f} | "
-           f"{beam_n['seconds']:.1f} | **{_ratio(beam_n['seconds'], beam_1['seconds'])}** | manifest "
-           f"{beam_n['manifest_bytes']:,} bytes for {n:,} shards |",
-           f"| `make_dataset`, 1 shard vs {n:,} shards | {load_one['seconds']:.1f} | {load_many['seconds']:.1f} | "
-           f"**{_ratio(load_many['seconds'], load_one['seconds'])}** | first batch {load_one['first_batch_s']:.2f} s "
-           f"vs {load_many['first_batch_s']:.2f} s |"]
+    out = [f"| case | 1 file (s) | {n:,} files (s) | **ratio** | notes |", "| --- | ---: | ---: | ---: | --- |"]
+    if "spark" not in skip:
+        for label, extra in (("`--shards input`", ["--shards", "input"]), ("default even shards", [])):
+            spark_one = spark_job(str(one), schema, str(work / "sf-spark-one"), rows, extra)
+            spark_many = spark_job(str(small), schema, str(work / "sf-spark-many"), rows, extra)
+            out.append(f"| Spark job, {label} (warm) | {spark_one['seconds']:.1f} | {spark_many['seconds']:.1f} | "
+                       f"**{_ratio(spark_many['seconds'], spark_one['seconds'])}** | {spark_many['files']} shards "
+                       f"written from {n:,} files |")
+    if "beam" not in skip:
+        beam_one_ = beam_job(str(one), schema, str(work / "sf-beam-one"), rows)
+        beam_many = beam_job(str(small), schema, str(work / "sf-beam-many"), rows)
+        beam_1 = beam_job(str(one), schema, str(work / "sf-beam-1-shard"), rows, num_shards=1)
+        beam_n = beam_job(str(one), schema, str(work / "sf-beam-n-shards"), rows, num_shards=n)
+        out += [f"| Beam pipeline (FnApiRunner) | {beam_one_['seconds']:.1f} | {beam_many['seconds']:.1f} | "
+                f"**{_ratio(beam_many['seconds'], beam_one_['seconds'])}** | default shards |",
+                f"| Beam pipeline writing 1 vs {n:,} shards (1 input file) | {beam_1['seconds']:.1f} | "
+                f"{beam_n['seconds']:.1f} | **{_ratio(beam_n['seconds'], beam_1['seconds'])}** | manifest "
+                f"{beam_n['manifest_bytes']:,} bytes for {n:,} shards |"]
+        if "loader" not in skip:
+            load_one = loader(str(work / "sf-beam-1-shard"), rows)
+            load_many = loader(str(work / "sf-beam-n-shards"), rows)
+            out.append(f"| `make_dataset`, 1 shard vs {n:,} shards | {load_one['seconds']:.1f} | "
+                       f"{load_many['seconds']:.1f} | **{_ratio(load_many['seconds'], load_one['seconds'])}** | "
+                       f"first batch {load_one['first_batch_s']:.2f} s vs {load_many['first_batch_s']:.2f} s |")
     return "\n".join(out)
 
 

@@ -379,3 +379,86 @@ def test_short_reads_lose_no_rows():
         rows = sum(pb.input_rows for pb in read_batches(Trickle(data), schema, "csv", "t.csv", block_size=64 * 1024,
                                                         multiline=multiline))
         assert rows == 60_000, (multiline, rows)
+
+
+# ----------------------------------------------------------------------------- small files parsed together
+def _per_file(batches) -> dict:
+    """{source: (row dicts, lines, rejects, raw texts)} of parsed batches."""
+    out: dict = {}
+    for pb in batches:
+        rows, lines, rejects, raw = out.setdefault(pb.source, ([], [], [], []))
+        rows += pb.rows.to_pylist()
+        lines += [int(x) for x in pb.lines]
+        rejects += pb.rejects
+        raw += [] if pb.raw is None else pb.raw.to_pylist()
+    return {k: v for k, v in out.items() if any(v)}
+
+
+def _alone(files, schema, fmt, **kw) -> dict:
+    return _per_file(b for source, data in files
+                     for b in read_batches(io.BytesIO(data), schema, fmt, source, **kw))
+
+
+def _header(data: bytes, schema) -> list[str] | None:
+    return parsing.read_header(io.BytesIO(data), schema, "h", False)[0] if schema.csv.header else None
+
+
+def _bad_corpus_groups():
+    """(files, fmt, schema) groups of the bad corpus: its CSV files with the same header, its JSON Lines."""
+    from helpers import CORPUS, CORPUS_SCHEMA
+    from tfrecord_io.storage.schema_io import load_schema
+
+    schema = load_schema(str(CORPUS_SCHEMA))
+    csvs: dict = {}
+    for p in sorted(CORPUS.glob("*.csv")):
+        data = p.read_bytes()
+        names = _header(data, schema)
+        if names is not None:
+            csvs.setdefault(tuple(names), []).append((str(p), data))
+    jsonl = [(str(p), p.read_bytes()) for p in sorted(CORPUS.glob("*.jsonl"))]
+    return [(files, "csv", schema) for files in csvs.values()] + [(jsonl, "json", schema)]
+
+
+SIMPLE = Schema.from_dict({"features": [{"name": "id", "type": "int64", "required": True},
+                                        {"name": "x", "type": "float", "default": 0.0},
+                                        {"name": "s", "type": "string", "default": ""}]})
+EDGE_FILES = [  # same header, every way a small file can begin and end
+    ("a.csv", b"id,x,s\n1,1.5,a\n2,oops,b\n"),
+    ("no-newline.csv", b"id,x,s\n3,1.5,c\n4,2.5,d"),
+    ("header-only.csv", b"id,x,s\n"),
+    ("header-no-newline.csv", b"id,x,s"),
+    ("blank-lines.csv", b"\n\nid,x,s\n\n5,1.5,e\n\n6,2.5,\"x,y\"\n\n"),
+    ("crlf.csv", b"id,x,s\r\n7,1.5,f\r\n8,2.5,g\r\n"),
+    ("quotes.csv", b'id,x,s\n9,1.5,"two\nlines"\n10,2.5,"bad\n11,1,"ok ""q"""\n'),
+    ("columns.csv", b"id,x,s\n12,1\n13,1,a,b\n14,1,h\n"),
+    ("bom.csv", b"\xef\xbb\xbfid,x,s\n15,1,i\n"),  # the mark goes with the header
+]
+
+
+@pytest.mark.parametrize("keep_raw", [False, True])
+def test_small_files_parsed_together_give_what_each_gives_alone(keep_raw):
+    """parsing.read_files_together: the same rows, lines, rejects (source, line, raw, reason) and raw
+    texts per file as read_batches over each file alone."""
+    groups = _bad_corpus_groups() + [(EDGE_FILES, "csv", SIMPLE)]
+    for files, fmt, schema in groups:
+        names = _header(files[0][1], schema) if fmt == "csv" else None
+        together = parsing.read_files_together(files, schema, fmt, header_names=names, keep_raw=keep_raw)
+        assert together is not None, [f for f, _ in files]
+        assert all(pb.source in {f for f, _ in files} for pb in together)
+        assert _per_file(together) == _alone(files, schema, fmt, keep_raw=keep_raw), [f for f, _ in files]
+    assert sum(len(r[2]) for r in _per_file(parsing.read_files_together(
+        EDGE_FILES, SIMPLE, "csv", header_names=["id", "x", "s"])).values()) >= 5  # the rejects were there
+
+
+def test_small_files_that_cannot_join_a_stream_are_read_alone():
+    """A byte-order mark where the stream would not start (headerless), a lone carriage return, a
+    whole-file error (here a header naming no feature, as the group reads it: the error must name its
+    own file): None, and the caller reads each file alone."""
+    headerless = Schema.from_dict({"features": SIMPLE.to_dict()["features"], "csv": {"header": False}})
+    good = ("a.csv", b"id,x,s\n1,1,a\n")
+    assert parsing.read_files_together([good, ("cr.csv", b"id,x,s\n1,1,a\r2,2,b\n")], SIMPLE, "csv",
+                                       header_names=["id", "x", "s"]) is None
+    assert parsing.read_files_together([("a.csv", b"1,1,a\n"), ("bom.csv", b"\xef\xbb\xbf2,2,b\n")], headerless,
+                                       "csv") is None
+    assert parsing.read_files_together([good, ("y.csv", b"a,b\n1,2\n")], SIMPLE, "csv", header_names=["a", "b"]) \
+        is None

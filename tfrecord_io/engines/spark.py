@@ -405,8 +405,10 @@ class ReadStage:
         rows = size = 0
         for batch in batches:
             d = batch.to_pydict()
-            for source, start, end, whole in zip(d["source"], d["start"], d["end"], d["whole"]):
-                for out in self._read(_Split(source, int(start), int(end), bool(whole))):
+            splits = [_Split(source, int(start), int(end), bool(whole))
+                      for source, start, end, whole in zip(d["source"], d["start"], d["end"], d["whole"])]
+            for group in self._groups(splits):
+                for out in self._read_group(group):
                     if out.num_rows >= COALESCE_ROWS and not held:
                         yield out
                         continue
@@ -417,6 +419,57 @@ class ReadStage:
                         held, rows, size = [], 0, 0
         if held:
             yield _merged(held)
+
+    def _together(self, split: _Split) -> bool:
+        """Whether ``split`` is a small whole file that may be parsed with others
+        (:func:`tfrecord_io.conversion.parsing.read_files_together`)."""
+        return (split.whole and not self.multiline and split.end - split.start <= parsing.SMALL_FILE_BYTES
+                and inputs.compression_of(split.source) == "none"
+                and (self.input_format == "json" or not self.schema.csv.header or split.source in self.headers))
+
+    def _groups(self, splits: list[_Split]) -> Iterator[list[_Split]]:
+        """Runs of consecutive small files with the same header, up to ``block_size`` bytes; any
+        other split on its own."""
+        group: list[_Split] = []
+        size = 0
+        for sp in splits:
+            if not self._together(sp):
+                if group:
+                    yield group
+                group, size = [], 0
+                yield [sp]
+                continue
+            if group and (size + sp.end - sp.start > self.block_size or self.headers.get(sp.source) !=
+                          self.headers.get(group[0].source)):
+                yield group
+                group, size = [], 0
+            group.append(sp)
+            size += sp.end - sp.start
+        if group:
+            yield group
+
+    def _read_group(self, group: list[_Split]) -> Iterator[pa.RecordBatch]:
+        if len(group) > 1:
+            s = self.schema
+            sequence = s.record_type == "sequence_example"
+            files = []
+            for sp in group:
+                with inputs.open_input(sp.source) as f:
+                    files.append((sp.source, f.read()))
+            names = self.headers.get(group[0].source) if self.input_format == "csv" and s.csv.header else None
+            parsed = parsing.read_files_together(
+                files, s, self.input_format, header_names=None if names is None else list(names),
+                block_size=self.block_size, keep_raw=sequence,
+                reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ())
+            if parsed is not None:
+                for pb in parsed:
+                    if pb.rows.num_rows:
+                        yield self._rows(pb, 0)
+                    if pb.rejects:
+                        yield self._rejects(pb, 0)
+                return
+        for sp in group:  # one file, or files that must be read one by one
+            yield from self._read(sp)
 
     def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
         s = self.schema
