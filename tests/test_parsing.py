@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tfrecord_io.conversion import parsing
+from tfrecord_io.conversion import parsing, small_files
 from tfrecord_io.core.codec import encode_examples
 from tfrecord_io.conversion.parsing import read_batches
 from tfrecord_io.core.schema import Schema
@@ -437,16 +437,16 @@ EDGE_FILES = [  # same header, every way a small file can begin and end
 
 @pytest.mark.parametrize("keep_raw", [False, True])
 def test_small_files_parsed_together_give_what_each_gives_alone(keep_raw):
-    """parsing.read_files_together: the same rows, lines, rejects (source, line, raw, reason) and raw
+    """conversion.small_files.read_together: the same rows, lines, rejects (source, line, raw, reason) and raw
     texts per file as read_batches over each file alone."""
     groups = _bad_corpus_groups() + [(EDGE_FILES, "csv", SIMPLE)]
     for files, fmt, schema in groups:
         names = _header(files[0][1], schema) if fmt == "csv" else None
-        together = parsing.read_files_together(files, schema, fmt, header_names=names, keep_raw=keep_raw)
+        together = small_files.read_together(files, schema, fmt, header_names=names, keep_raw=keep_raw)
         assert together is not None, [f for f, _ in files]
         assert all(pb.source in {f for f, _ in files} for pb in together)
         assert _per_file(together) == _alone(files, schema, fmt, keep_raw=keep_raw), [f for f, _ in files]
-    assert sum(len(r[2]) for r in _per_file(parsing.read_files_together(
+    assert sum(len(r[2]) for r in _per_file(small_files.read_together(
         EDGE_FILES, SIMPLE, "csv", header_names=["id", "x", "s"])).values()) >= 5  # the rejects were there
 
 
@@ -456,9 +456,9 @@ def test_small_files_that_cannot_join_a_stream_are_read_alone():
     own file): None, and the caller reads each file alone."""
     headerless = Schema.from_dict({"features": SIMPLE.to_dict()["features"], "csv": {"header": False}})
     good = ("a.csv", b"id,x,s\n1,1,a\n")
-    assert parsing.read_files_together([good, ("cr.csv", b"id,x,s\n1,1,a\r2,2,b\n")], SIMPLE, "csv",
+    assert small_files.read_together([good, ("cr.csv", b"id,x,s\n1,1,a\r2,2,b\n")], SIMPLE, "csv",
                                        header_names=["id", "x", "s"]) is None
-    assert parsing.read_files_together([("a.csv", b"1,1,a\n"), ("bom.csv", b"\xef\xbb\xbf2,2,b\n")], headerless,
+    assert small_files.read_together([("a.csv", b"1,1,a\n"), ("bom.csv", b"\xef\xbb\xbf2,2,b\n")], headerless,
                                        "csv") is None
-    assert parsing.read_files_together([good, ("y.csv", b"a,b\n1,2\n")], SIMPLE, "csv", header_names=["a", "b"]) \
+    assert small_files.read_together([good, ("y.csv", b"a,b\n1,2\n")], SIMPLE, "csv", header_names=["a", "b"]) \
         is None

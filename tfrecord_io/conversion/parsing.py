@@ -84,8 +84,8 @@ from tfrecord_io.core.values import show as _show
 from tfrecord_io.core.schema import Feature, Schema
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "FORMATS", "ParsedBatch", "SMALL_FILE_BYTES", "input_schema", "make_reject",
-    "read_batches", "read_csv_batches", "read_files_together", "read_json_batches", "row_rejects", "row_schema",
+    "DEFAULT_BLOCK_SIZE", "FORMATS", "ParsedBatch", "first_record_end", "input_schema", "make_reject",
+    "read_batches", "read_csv_batches", "read_json_batches", "row_rejects", "row_schema",
 ]
 
 FORMATS = ("csv", "json")
@@ -160,73 +160,6 @@ def read_batches(stream: BinaryIO, schema: Schema, input_format: str, source: st
     if input_format == "json":
         return read_json_batches(stream, schema, source, **kw)
     raise ValueError(f"unknown input format {input_format!r}; expected one of {', '.join(FORMATS)}")
-
-
-#: Files of at most this many bytes may be parsed together (:func:`read_files_together`).
-SMALL_FILE_BYTES = 1 << 20
-_BOM = b"\xef\xbb\xbf"
-
-
-def read_files_together(files: list[tuple[str, bytes]], schema: Schema, input_format: str, *,
-                        header_names: list[str] | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                        keep_raw: bool = False, check_rows: bool = True,
-                        reject_values: tuple[str, ...] = ()) -> list[ParsedBatch] | None:
-    """Parse small whole files, ``(source, bytes)`` of uncompressed CSV with the header
-    ``header_names`` (None: the schema's CSV has no header) or JSON Lines, records as lines, as one
-    stream; return :class:`ParsedBatch` es of one file each, with each file's own lines, rows and
-    rejects as :func:`read_batches` gives them for the file alone (cut into batches at other places).
-
-    A parse's fixed cost (some calls per column per batch) is then paid once per group, not once
-    per file: 10,000 files of 100 rows parse ~10x faster.  Returns None -- read them one by one --
-    when a file cannot join the stream unchanged (a byte-order mark, a lone ``\\r`` line break) or
-    the parse meets a problem it would name a file for (a reject with no line, a whole-file error).
-    """
-    bodies, before, starts = [], [], []
-    total = 0
-    for source, data in files:
-        skipped = 0
-        if header_names is not None:
-            end = _first_record_end(data, schema.csv.quote, False)
-            end = len(data) if end is None else end
-            skipped, data = data[:end].count(b"\n"), data[end:]
-        if data.startswith(_BOM) or data.count(b"\r") != data.count(b"\r\n"):
-            return None
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-        bodies.append(data)
-        before.append(skipped)
-        starts.append(total)
-        total += data.count(b"\n")
-    kw = dict(block_size=block_size, keep_raw=keep_raw, check_rows=check_rows, reject_values=reject_values)
-    source = files[0][0]
-    stream = io.BytesIO(b"".join(bodies))
-    try:
-        if input_format == "csv":
-            parsed = list(read_csv_batches(stream, schema, source, header_names=header_names, **kw))
-        else:
-            parsed = list(read_json_batches(stream, schema, source, **kw))
-    except ValueError:
-        return None
-    if any(r["line"] is None for pb in parsed for r in pb.rejects):
-        return None
-    starts_arr = np.asarray(starts, np.int64)
-    out = []
-    for pb in parsed:
-        owner = np.searchsorted(starts_arr, pb.lines - 1, side="right") - 1
-        bad_owner = (np.searchsorted(starts_arr, np.asarray([r["line"] for r in pb.rejects], np.int64) - 1,
-                                     side="right") - 1) if pb.rejects else np.zeros(0, np.int64)
-        for k in np.unique(np.concatenate([owner, bad_owner])):
-            k = int(k)
-            shift = before[k] - starts[k]
-            rows = np.flatnonzero(owner == k)
-            lo, hi = (int(rows[0]), int(rows[-1]) + 1) if rows.size else (0, 0)  # a file's rows are consecutive
-            mine = np.flatnonzero(bad_owner == k)
-            rejects = [dict(pb.rejects[j], source=files[k][0], line=pb.rejects[j]["line"] + shift) for j in mine]
-            out.append(ParsedBatch(
-                source=files[k][0], rows=pb.rows.slice(lo, hi - lo), lines=pb.lines[lo:hi] + shift,
-                rejects=rejects, raw=None if pb.raw is None else pb.raw.slice(lo, hi - lo),
-                reject_values=None if pb.reject_values is None else [pb.reject_values[j] for j in mine]))
-    return out
 
 
 def row_rejects(batch: pa.RecordBatch, schema: Schema) -> list[str | None]:
@@ -637,7 +570,7 @@ class _Prepended(io.RawIOBase):
         return len(data)
 
 
-def _first_record_end(data: bytes, quote: str, multiline: bool) -> int | None:
+def first_record_end(data: bytes, quote: str, multiline: bool) -> int | None:
     """Index just past the first non-blank record's newline, or None if not in ``data``."""
     q = quote.encode()
     i, n = 0, len(data)
@@ -668,7 +601,7 @@ def read_header(stream: BinaryIO, schema: Schema, source: str, multiline: bool) 
     while True:
         chunk = stream.read(64 * 1024)
         head += chunk
-        end = _first_record_end(head, opts.quote, multiline)
+        end = first_record_end(head, opts.quote, multiline)
         if end is not None or not chunk:
             break
         if len(head) > _MAX_HEADER_BYTES:

@@ -9,7 +9,7 @@ and the same refusal to overwrite.  Entry points: :func:`run_conversion` (librar
 
 Pipeline (Example records)::
 
-    Create(input files) -> ReadFile: parsing batches ----------------------> rejects
+    Create(input files; small ones in groups) -> ReadFile: parsing batches -> rejects
                              | typed Arrow rows, dealt to the shards (conversion.dealing)
                              v
                        GroupByKey(shard) -> WriteShard: encode_examples + write_shard
@@ -94,13 +94,13 @@ from apache_beam.options.pipeline_options import HadoopFileSystemOptions, Pipeli
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_io.conversion import dealing, grouping, parsing
+from tfrecord_io.conversion import dealing, grouping, parsing, small_files
 from tfrecord_io.conversion.failure import ConversionError, worker_error
 from tfrecord_io.conversion.options import ConversionOptions
 from tfrecord_io.conversion.plan import Plan, plan_conversion
 from tfrecord_io.core.codec import encode_examples, present_counts
 from tfrecord_io.core.schema import Schema
-from tfrecord_io.storage import fs, inputs, output
+from tfrecord_io.storage import fs, output
 
 __all__ = [
     "ConversionOptions", "ConversionResult", "JAVA_RUNNER_OPTIONS", "METRICS_NAMESPACE", "Plan",
@@ -230,7 +230,8 @@ REJECTS_TAG, STATS_TAG = "rejects", "stats"
 
 
 class ReadFile(_JobDoFn):
-    """One input file -> parsed rows (see module doc), reject lists and its row count.
+    """Input files (one, or small ones parsed together: :mod:`tfrecord_io.conversion.small_files`) ->
+    parsed rows (see module doc), reject lists and each file's row count.
 
     Main output: Example records: ``(shard, ipc rows)`` slices; SequenceExample records:
     ``(group key, ("rows", source, lines, raws, columns))`` per group per batch, and
@@ -253,54 +254,54 @@ class ReadFile(_JobDoFn):
         return self._next_shard % self.job.num_shards
 
     def process(self, element):
-        path, _size = element
+        paths = list(element)
         conv, schema = self.job.conv, self.job.schema
         sequence = schema.record_type == "sequence_example"
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
-        input_rows = 0
+        input_rows = dict.fromkeys(paths, 0)
         split_by = self.job.splits.feature if self.job.splits is not None else None
-        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(path.encode("utf-8", "backslashreplace")))
+        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(paths[0].encode("utf-8", "backslashreplace")))
         dealt = 0
 
         def pieces(found):
             nonlocal dealt
             for shard, piece in found:
-                yield shard, ((path, dealt), piece)
+                yield shard, ((paths[0], dealt), piece)
                 dealt += 1
 
-        with inputs.open_input(path) as stream:
-            for pb in parsing.read_batches(stream, schema, conv.input_format, path, block_size=conv.block_size,
-                                             multiline=conv.multiline, keep_raw=sequence or bool(split_by),
-                                             reject_values=keys):
-                input_rows += pb.input_rows
-                self.rows_read.inc(pb.input_rows)
-                if split_by:
-                    pb = _reject_unsplittable(pb, split_by)
-                rejects = pb.rejects
-                if sequence and rejects:
-                    # A rejected row whose group is known rejects its group's record: send it there.
-                    alone = []
-                    for reject, values in zip(rejects, pb.reject_values):
-                        key = None if values is None else values.get(schema.group_by)
-                        if key is None:
-                            alone.append(reject)
-                        else:
-                            order = values.get(schema.order_by) if schema.order_by else None
-                            yield key, ("bad", reject["source"], reject["line"], reject["raw"], reject["reason"],
-                                        order)
-                    rejects = alone
-                if rejects:
-                    self.rows_rejected.inc(len(rejects))
-                    yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._shard(), rejects))
-                if not pb.rows.num_rows:
-                    continue
-                if sequence:
-                    yield from _split_groups(pb, schema)
-                else:
-                    yield from pieces(dealer.deal(pb.rows))
+        for pb in small_files.read_group(paths, schema, conv.input_format, headers=self.job.plan.headers,
+                                         multiline=conv.multiline, block_size=conv.block_size,
+                                         keep_raw=sequence or bool(split_by), reject_values=keys):
+            input_rows[pb.source] += pb.input_rows
+            self.rows_read.inc(pb.input_rows)
+            if split_by:
+                pb = _reject_unsplittable(pb, split_by)
+            rejects = pb.rejects
+            if sequence and rejects:
+                # A rejected row whose group is known rejects its group's record: send it there.
+                alone = []
+                for reject, values in zip(rejects, pb.reject_values):
+                    key = None if values is None else values.get(schema.group_by)
+                    if key is None:
+                        alone.append(reject)
+                    else:
+                        order = values.get(schema.order_by) if schema.order_by else None
+                        yield key, ("bad", reject["source"], reject["line"], reject["raw"], reject["reason"],
+                                    order)
+                rejects = alone
+            if rejects:
+                self.rows_rejected.inc(len(rejects))
+                yield beam.pvalue.TaggedOutput(REJECTS_TAG, (self._shard(), rejects))
+            if not pb.rows.num_rows:
+                continue
+            if sequence:
+                yield from _split_groups(pb, schema)
+            else:
+                yield from pieces(dealer.deal(pb.rows))
         yield from pieces(dealer.finish())
-        self.files_read.inc()
-        yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": input_rows})
+        for path, rows in input_rows.items():
+            self.files_read.inc()
+            yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": rows})
 
 
 def _reject_unsplittable(pb: parsing.ParsedBatch, feature: str) -> parsing.ParsedBatch:
@@ -522,7 +523,9 @@ def build_pipeline(p: beam.Pipeline, job: _Job, files: list[tuple[str, int]]) ->
     """Add the conversion to ``p``: returns the PCollection of the report's item count."""
     sequence = job.schema.record_type == "sequence_example"
     read = (p
-            | "ListInputs" >> beam.Create(sorted(files))
+            | "ListInputs" >> beam.Create([tuple(g) for g in small_files.groups(
+                sorted(files), schema=job.schema, input_format=job.conv.input_format, multiline=job.conv.multiline,
+                headers=job.plan.headers, block_size=job.conv.block_size)])
             | "ReadFiles" >> beam.ParDo(ReadFile(job)).with_outputs(REJECTS_TAG, STATS_TAG, main="rows"))
     stats = [read[STATS_TAG]]
     rejects = [read[REJECTS_TAG]]

@@ -124,7 +124,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from tfrecord_io.conversion import dealing, grouping, parsing
+from tfrecord_io.conversion import dealing, grouping, parsing, small_files
 from tfrecord_io.conversion.failure import ConversionError, worker_error
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
@@ -420,56 +420,40 @@ class ReadStage:
         if held:
             yield _merged(held)
 
-    def _together(self, split: _Split) -> bool:
-        """Whether ``split`` is a small whole file that may be parsed with others
-        (:func:`tfrecord_io.conversion.parsing.read_files_together`)."""
-        return (split.whole and not self.multiline and split.end - split.start <= parsing.SMALL_FILE_BYTES
-                and inputs.compression_of(split.source) == "none"
-                and (self.input_format == "json" or not self.schema.csv.header or split.source in self.headers))
-
     def _groups(self, splits: list[_Split]) -> Iterator[list[_Split]]:
-        """Runs of consecutive small files with the same header, up to ``block_size`` bytes; any
-        other split on its own."""
-        group: list[_Split] = []
-        size = 0
+        """Runs of small whole files to parse together (:func:`tfrecord_io.conversion.small_files.groups`);
+        any other split on its own."""
+        run: list[_Split] = []
+
+        def whole_groups():
+            by_path = {sp.source: sp for sp in run}
+            for paths in small_files.groups([(sp.source, sp.end - sp.start) for sp in run], schema=self.schema,
+                                            input_format=self.input_format, multiline=self.multiline,
+                                            headers=self.headers, block_size=self.block_size):
+                yield [by_path[p] for p in paths]
+
         for sp in splits:
-            if not self._together(sp):
-                if group:
-                    yield group
-                group, size = [], 0
-                yield [sp]
+            if sp.whole:
+                run.append(sp)
                 continue
-            if group and (size + sp.end - sp.start > self.block_size or self.headers.get(sp.source) !=
-                          self.headers.get(group[0].source)):
-                yield group
-                group, size = [], 0
-            group.append(sp)
-            size += sp.end - sp.start
-        if group:
-            yield group
+            yield from whole_groups()
+            run = []
+            yield [sp]
+        yield from whole_groups()
 
     def _read_group(self, group: list[_Split]) -> Iterator[pa.RecordBatch]:
-        if len(group) > 1:
-            s = self.schema
-            sequence = s.record_type == "sequence_example"
-            files = []
-            for sp in group:
-                with inputs.open_input(sp.source) as f:
-                    files.append((sp.source, f.read()))
-            names = self.headers.get(group[0].source) if self.input_format == "csv" and s.csv.header else None
-            parsed = parsing.read_files_together(
-                files, s, self.input_format, header_names=None if names is None else list(names),
-                block_size=self.block_size, keep_raw=sequence,
-                reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ())
-            if parsed is not None:
-                for pb in parsed:
-                    if pb.rows.num_rows:
-                        yield self._rows(pb, 0)
-                    if pb.rejects:
-                        yield self._rejects(pb, 0)
-                return
-        for sp in group:  # one file, or files that must be read one by one
-            yield from self._read(sp)
+        if len(group) == 1:
+            yield from self._read(group[0])
+            return
+        s = self.schema
+        sequence = s.record_type == "sequence_example"
+        for pb in small_files.read_group([sp.source for sp in group], s, self.input_format, headers=self.headers,
+                                         block_size=self.block_size, keep_raw=sequence,
+                                         reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ()):
+            if pb.rows.num_rows:
+                yield self._rows(pb, 0)
+            if pb.rejects:
+                yield self._rejects(pb, 0)
 
     def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
         s = self.schema
