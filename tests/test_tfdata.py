@@ -616,7 +616,12 @@ def test_manifest_count_mismatch_is_an_error(tmp_path):
 # Real HDFS
 # ---------------------------------------------------------------------------------------
 def _cache_files(cache_dir: Path) -> list[Path]:
-    return [p for p in cache_dir.rglob("*") if p.is_file()]
+    """The files under ``cache_dir`` now: looked at again when the cache deletes a folder under the walk."""
+    while True:
+        try:
+            return [p for p in cache_dir.rglob("*") if p.is_file()]
+        except FileNotFoundError:
+            continue
 
 
 @pytest.mark.parametrize("cache_files", [3, 6])
