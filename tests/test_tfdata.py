@@ -617,11 +617,12 @@ def test_manifest_count_mismatch_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------------------
 def _cache_files(cache_dir: Path) -> list[Path]:
     """The files under ``cache_dir`` now: looked at again when the cache deletes a folder under the walk."""
-    while True:
+    while cache_dir.exists():
         try:
             return [p for p in cache_dir.rglob("*") if p.is_file()]
         except FileNotFoundError:
             continue
+    return []
 
 
 @pytest.mark.parametrize("cache_files", [3, 6])
