@@ -98,8 +98,9 @@ write task's batches to ``faults.around_write`` (:mod:`tfrecord_io.testing.fault
 :class:`WriteStage` carries to the executors; nothing in the environment or the options turns it on.
 
 The functions shipped to executors are instances of module-level classes (:class:`ReadStage`,
-:class:`WriteStage`, :class:`DealRows`, :class:`WriteDealt`, :class:`ReadAndWrite`), picklable with plain ``pickle`` as well as cloudpickle; executors
-must be able to import ``tfrecord_io`` (ship it with ``--py-files``; see :func:`package_zip`).
+:class:`WriteStage`, :class:`DealRows`, :class:`WriteDealt`, :class:`ReadAndWrite`), picklable with
+plain ``pickle`` as well as cloudpickle; executors must be able to import ``tfrecord_io`` (ship it
+with ``--py-files``; see :func:`package_zip`).
 
 Read tasks are sized and packed as Spark packs file splits (``FilePartition``): the split size is
 ``min(spark.sql.files.maxPartitionBytes, max(openCostInBytes, (input bytes + files x openCostInBytes)
@@ -441,25 +442,30 @@ class ReadStage:
             yield [sp]
         yield from whole_groups()
 
+    def _parse_options(self) -> dict:
+        """What the parser keeps besides rows: for SequenceExamples each row's text and each reject's group."""
+        s = self.schema
+        sequence = s.record_type == "sequence_example"
+        return dict(block_size=self.block_size, keep_raw=sequence,
+                    reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ())
+
+    def _batches(self, pb: parsing.ParsedBatch, start: int) -> Iterator[pa.RecordBatch]:
+        if pb.rows.num_rows:
+            yield self._rows(pb, start)
+        if pb.rejects:
+            yield self._rejects(pb, start)
+
     def _read_group(self, group: list[_Split]) -> Iterator[pa.RecordBatch]:
         if len(group) == 1:
             yield from self._read(group[0])
             return
-        s = self.schema
-        sequence = s.record_type == "sequence_example"
-        for pb in small_files.read_group([sp.source for sp in group], s, self.input_format, headers=self.headers,
-                                         block_size=self.block_size, keep_raw=sequence,
-                                         reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ()):
-            if pb.rows.num_rows:
-                yield self._rows(pb, 0)
-            if pb.rejects:
-                yield self._rejects(pb, 0)
+        for pb in small_files.read_group([sp.source for sp in group], self.schema, self.input_format,
+                                         headers=self.headers, **self._parse_options()):
+            yield from self._batches(pb, 0)
 
     def _read(self, split: _Split) -> Iterator[pa.RecordBatch]:
         s = self.schema
-        sequence = s.record_type == "sequence_example"
-        keys = (s.group_by, s.order_by or s.group_by) if sequence else ()
-        kw: dict = {}
+        kw: dict = self._parse_options()
         if split.whole:
             stream, rng = inputs.open_input(split.source), None
         else:
@@ -467,12 +473,9 @@ class ReadStage:
             if self.input_format == "csv" and s.csv.header and split.start > 0:
                 kw["header_names"] = self.headers[split.source]
         with stream:
-            for pb in parsing.read_batches(stream, s, self.input_format, split.source, block_size=self.block_size,
-                                             multiline=self.multiline, keep_raw=sequence, reject_values=keys, **kw):
-                if pb.rows.num_rows:
-                    yield self._rows(pb, split.start)
-                if pb.rejects:
-                    yield self._rejects(pb, split.start)
+            for pb in parsing.read_batches(stream, s, self.input_format, split.source, multiline=self.multiline,
+                                           **kw):
+                yield from self._batches(pb, split.start)
         if rng is not None and self.line_counts is not None:
             self.line_counts.add({(split.source, split.start): rng.lines})
 
