@@ -27,9 +27,11 @@ def _batches(n: int, size: int) -> list[pa.RecordBatch]:
 
 
 def _deal(batches, num_shards: int, first: int = 0) -> list[tuple[int, bytes]]:
-    dealer = dealing.Dealer(num_shards, first=first)
-    pieces = [p for b in batches for p in dealer.deal(b)]
-    return pieces + list(dealer.finish())
+    """(shard, ipc bytes) of the pieces, checking their keys: the task's origin and 0, 1, 2... in order."""
+    dealer = dealing.Dealer(num_shards, first=first, origin="task")
+    pieces = [p for b in batches for p in dealer.deal(b)] + list(dealer.finish())
+    assert [key for _, (key, _) in pieces] == [("task", n) for n in range(len(pieces))]
+    return [(shard, data) for shard, (_, data) in pieces]
 
 
 def _ids(batches) -> list[int]:

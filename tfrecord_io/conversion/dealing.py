@@ -66,17 +66,21 @@ def piece_bytes(num_shards: int) -> int:
 
 class Dealer:
     """A read task's dealing: :meth:`deal` each batch, then :meth:`finish`; both yield
-    ``(shard, ipc bytes)`` pieces.  ``first``: the shard the task's first slice goes to (spread
-    tasks over shards, deterministically: the task's index or a hash of its input)."""
+    ``(shard, (key, ipc bytes))`` pieces, the key ``(origin, n)`` for the task's n-th piece.
+    ``origin``: what names the task (its index, or its first input's path); ``first``: the shard
+    the task's first slice goes to (spread tasks over shards, deterministically: the task's index or
+    a hash of its input)."""
 
-    def __init__(self, num_shards: int, first: int = 0):
+    def __init__(self, num_shards: int, first: int = 0, origin: Hashable = 0):
         self.num_shards = max(1, num_shards)
         self._next = first % self.num_shards
         self._limit = piece_bytes(self.num_shards)
+        self._origin = origin
+        self._sent = 0
         self._buckets: dict[int, list[pa.RecordBatch]] = {}
         self._sizes: dict[int, int] = {}
 
-    def deal(self, batch: pa.RecordBatch) -> Iterator[tuple[int, bytes]]:
+    def deal(self, batch: pa.RecordBatch) -> Iterator[tuple[int, tuple[Hashable, bytes]]]:
         for start, length in slices(batch.num_rows, self.num_shards):
             shard = self._next
             self._next = (self._next + 1) % self.num_shards
@@ -84,15 +88,17 @@ class Dealer:
             self._buckets.setdefault(shard, []).append(part)
             self._sizes[shard] = self._sizes.get(shard, 0) + part.nbytes
             if self._sizes[shard] >= self._limit:
-                yield shard, self._take(shard)
+                yield self._take(shard)
 
-    def finish(self) -> Iterator[tuple[int, bytes]]:
+    def finish(self) -> Iterator[tuple[int, tuple[Hashable, bytes]]]:
         for shard in sorted(self._buckets):
-            yield shard, self._take(shard)
+            yield self._take(shard)
 
-    def _take(self, shard: int) -> bytes:
+    def _take(self, shard: int) -> tuple[int, tuple[Hashable, bytes]]:
         del self._sizes[shard]
-        return to_ipc(self._buckets.pop(shard))
+        key = (self._origin, self._sent)
+        self._sent += 1
+        return shard, (key, to_ipc(self._buckets.pop(shard)))
 
 
 def shuffled(pieces: Iterable[tuple[Hashable, bytes]], rng: np.random.Generator,

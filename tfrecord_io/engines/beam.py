@@ -260,14 +260,8 @@ class ReadFile(_JobDoFn):
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
         input_rows = dict.fromkeys(paths, 0)
         split_by = self.job.splits.feature if self.job.splits is not None else None
-        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(paths[0].encode("utf-8", "backslashreplace")))
-        dealt = 0
-
-        def pieces(found):
-            nonlocal dealt
-            for shard, piece in found:
-                yield shard, ((paths[0], dealt), piece)
-                dealt += 1
+        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(paths[0].encode("utf-8", "backslashreplace")),
+                                origin=paths[0])
 
         for pb in small_files.read_group(paths, schema, conv.input_format, headers=self.job.plan.headers,
                                          multiline=conv.multiline, block_size=conv.block_size,
@@ -297,8 +291,8 @@ class ReadFile(_JobDoFn):
             if sequence:
                 yield from _split_groups(pb, schema)
             else:
-                yield from pieces(dealer.deal(pb.rows))
-        yield from pieces(dealer.finish())
+                yield from dealer.deal(pb.rows)
+        yield from dealer.finish()
         for path, rows in input_rows.items():
             self.files_read.inc()
             yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": rows})

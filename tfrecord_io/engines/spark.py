@@ -605,18 +605,12 @@ class DealRows:
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
-        dealer = dealing.Dealer(self.num_shards, first=index)
-        n = 0
+        dealer = dealing.Dealer(self.num_shards, first=index, origin=index)
         for parsed in self.read([batch]):
             # The file's name, the same in every row of a split: sent once per piece, not per row.
             at = parsed.schema.get_field_index(SOURCE)
-            parsed = parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode())
-            for shard, piece in dealer.deal(parsed):
-                yield shard, ((index, n), piece)
-                n += 1
-        for shard, piece in dealer.finish():
-            yield shard, ((index, n), piece)
-            n += 1
+            yield from dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode()))
+        yield from dealer.finish()
 
 
 @dataclass(frozen=True)
