@@ -11,10 +11,13 @@ model for one epoch on uneven shards.
 from __future__ import annotations
 
 import json
+import random
+import shutil
 import socket
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -23,7 +26,7 @@ from tfrecord_io.engines.tfdata import make_dataset, steps_per_epoch
 from test_tfdata import write_output
 
 CHILD = r'''
-import json, os, sys
+import json, os, sys, warnings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 config = json.loads(sys.argv[1])
 if config["mode"] == "worker":
@@ -91,20 +94,42 @@ def as_xy(features, label):
     return tf.stack([tf.cast(features["id"], tf.float32), features["x"]], 1), tf.cast(label, tf.float32)
 
 if config["mode"] == "keras":
-    from tfrecord_io.engines.resume import BackupAndRestore
+    from tfrecord_io import BackupAndRestore
+    from tfrecord_io.engines import resume
 
     ds = make_dataset(config["source"], batch_size=config["batch"], seed=11, features=["id", "x"],
                       prefetch_to_device=False)
+    epoch_of = []  # the epoch of each batch trained, as Keras numbers them
 
     class Kill(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if len(Recorder.trained) == config["kill_after"]:
-                dump(Recorder.trained)
-                os._exit(17)  # right after BackupAndRestore (before this callback) saved
+        def on_epoch_begin(self, epoch, logs=None):
+            Kill.epoch = epoch
 
-    backup = BackupAndRestore(config["dir"], data=ds, save_freq=config["save_freq"])
-    model().fit(ds.map(as_xy), epochs=config["epochs"], verbose=0, callbacks=[backup, Kill()])
-    dump(Recorder.trained)
+        def on_train_batch_end(self, batch, logs=None):
+            epoch_of.extend([Kill.epoch] * (len(Recorder.trained) - len(epoch_of)))
+            if len(Recorder.trained) == config["kill_after"]:
+                dump({"trained": Recorder.trained, "epochs": epoch_of})
+                os._exit(17)  # right after BackupAndRestore (before this callback) saved, or not
+
+    if config.get("kill_in_save") is not None:
+        # Die inside the n-th save, at its k-th flush (1: the weights written, 2: the state written,
+        # 3: renamed into place): a kill at that instant of the real save code.
+        save_no, flush_no = config["kill_in_save"]
+        real_fsync, calls = resume._fsync, []
+
+        def fsync(path, directory=False):
+            calls.append(path)
+            if len(calls) == 3 * (save_no - 1) + flush_no:
+                dump({"trained": Recorder.trained, "epochs": epoch_of})
+                os._exit(19)
+            real_fsync(path, directory)
+
+        resume._fsync = fsync
+    backup = BackupAndRestore(config["dir"], data=ds, save_freq=config["save_freq"], delete_checkpoint=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model().fit(ds.map(as_xy), epochs=config["epochs"], verbose=0, callbacks=[backup, Kill()])
+    dump({"trained": Recorder.trained, "epochs": epoch_of, "warnings": [str(w.message) for w in caught]})
     os._exit(0)
 
 if config["mode"] == "worker":
@@ -186,23 +211,170 @@ def test_prefetch_to_device_cannot_be_checkpointed(tmp_path):
         tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
 
 
-def test_keras_backup_and_restore_resumes_mid_epoch(tmp_path):
-    """Killed right after the save at the 4th batch of epoch 1; the restart trains epoch 1's 5th
-    batch on, exactly the batches an uninterrupted run trains, each record of the epoch once."""
-    out = str(tmp_path / "out")
-    write_output(out, [(0, 300), (300, 250), (550, 300)])  # 850 records: 17 batches of 50
-    config = {"mode": "keras", "source": out, "batch": 50, "dir": str(tmp_path / "backup"), "save_freq": 3,
-              "epochs": 2, "kill_after": 17 + 4}
-    first = run_child(tmp_path, config, "killed", expect=17)
-    second = run_child(tmp_path, dict(config, kill_after=-1), "restarted")
-    assert len(first) == 21 and len(second) == 13
-    ds = make_dataset(out, batch_size=50, seed=11, prefetch_to_device=False)
+def epochs_of(out: str, batch: int, epochs: int) -> list[list[list[int]]]:
+    """The batches of each epoch of an uninterrupted fit (BackupAndRestore starts epoch e at e)."""
+    ds = make_dataset(out, batch_size=batch, seed=11, prefetch_to_device=False)
     want = []
-    for epoch in range(2):
+    for epoch in range(epochs):
         ds.loader_resume.start_epoch(epoch)
         want.append([b[0]["id"].numpy().tolist() for b in ds])
-    assert first[:17] == want[0] and first[17:] + second == want[1]
-    assert sorted(i for b in first[17:] + second for i in b) == list(range(850))
+    return want
+
+
+def saved_position(backup: Path, per_epoch: int) -> int:
+    """Batches since training began at the newest complete state in ``backup`` (0: none)."""
+    states = sorted(backup.glob("state-*")) if backup.exists() else []
+    if not states:
+        return 0
+    state = json.loads((states[-1] / "state.json").read_text())
+    return state["epoch"] * per_epoch + state["batches_done"]
+
+
+def fit_with_kills(tmp_path, out: str, kills: list[dict], *, batch: int = 50, epochs: int = 4, save_freq: int = 3,
+                   per_epoch: int = 17) -> tuple[list[list[int]], dict]:
+    """Fit in a child process, killed as each of ``kills`` says and run again each time, then once
+    to the end; the batches whose training the saved states kept, in order, and the last run's result."""
+    backup = tmp_path / "backup"
+    config = {"mode": "keras", "source": out, "batch": batch, "dir": str(backup), "save_freq": save_freq,
+              "epochs": epochs}
+    kept, position = [], 0
+    for n, kill in enumerate(kills):
+        run = run_child(tmp_path, dict(config, **kill), f"killed-{n}", expect=19 if "kill_in_save" in kill else 17)
+        now = saved_position(backup, per_epoch)
+        assert now >= position, f"run {n}: the backup went back from batch {position} to {now}"
+        kept += run["trained"][: now - position]  # this run began at `position`; what the save kept of it
+        position = now
+    last = run_child(tmp_path, dict(config, kill_after=-1), "restarted")
+    return kept + last["trained"], last
+
+
+def per_epoch_ids(batches: list[list[int]], per_epoch: int) -> list[Counter]:
+    return [Counter(i for b in batches[k:k + per_epoch] for i in b) for k in range(0, len(batches), per_epoch)]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_keras_resume_is_exact_in_every_epoch_after_kills_anywhere(tmp_path, seed):
+    """Four epochs of 17 batches, killed at random batches in the first, a middle and the last epoch
+    (and once more within an epoch just resumed): what the saves kept plus the last run is exactly
+    the uninterrupted fit, batch for batch; the last run trains every later epoch whole, with no
+    "ran out of data" warning."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])  # 850 records: 17 batches of 50
+    rng = random.Random(seed)
+    first = rng.randrange(4, 17)
+    targets = [first, first + 2 + rng.randrange(6), 17 * 2 + rng.randrange(17), 51 + rng.randrange(16)]
+    # kill_after counts the batches one run trains, and each run starts at the last save (every 3rd batch)
+    position, kills = 0, []
+    for absolute in targets:
+        kills.append({"kill_after": max(1, absolute - position)})
+        position = (position + kills[-1]["kill_after"]) // 3 * 3
+    want = epochs_of(out, 50, 4)
+    got, final = fit_with_kills(tmp_path, out, kills)
+    assert got == [b for epoch in want for b in epoch], f"kills {kills}: not the uninterrupted batches"
+    assert all(set(c.values()) == {1} and sorted(c) == list(range(850)) for c in per_epoch_ids(got, 17))
+    runs = Counter(final["epochs"])
+    resumed = min(runs)
+    assert all(runs[e] == 17 for e in runs if e > resumed), f"later epochs cut short: {runs}"
+    assert not [w for w in final["warnings"] if "ran out of data" in w], final["warnings"]
+
+
+def test_an_uninterrupted_fit_declares_its_epochs_and_keras_warns_nothing(tmp_path):
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])
+    got, final = fit_with_kills(tmp_path, out, [], epochs=2)
+    assert got == [b for epoch in epochs_of(out, 50, 2) for b in epoch]
+    assert Counter(final["epochs"]) == {0: 17, 1: 17}
+    assert not [w for w in final["warnings"] if "ran out of data" in w], final["warnings"]
+
+
+@pytest.mark.parametrize("flush", [1, 2, 3])
+def test_a_kill_inside_a_save_resumes_from_the_last_complete_one(tmp_path, flush):
+    """Killed inside the 5th save (at batch 15), after the weights are written (1), after the state
+    is (2), after the rename (3): the restart resumes from the 4th save (1, 2) or the 5th (3)."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])
+    got, final = fit_with_kills(tmp_path, out, [{"kill_after": -1, "kill_in_save": [5, flush]}], epochs=2)
+    assert got == [b for epoch in epochs_of(out, 50, 2) for b in epoch]
+    resumed_at = 15 if flush == 3 else 12
+    assert len(final["trained"]) == 34 - resumed_at
+    assert not [w for w in final["warnings"] if "torn" in w or "starts over" in w], final["warnings"]
+
+
+def test_torn_backup_files_resume_from_the_state_before_or_start_over(tmp_path):
+    """Each file of the newest state truncated in turn: the restart passes it over with a warning
+    and resumes from the state before; both states torn: one warning, training starts over."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])
+    backup = tmp_path / "backup"
+    config = {"mode": "keras", "source": out, "batch": 50, "dir": str(backup), "save_freq": 3, "epochs": 1}
+    run_child(tmp_path, dict(config, kill_after=10), "killed", expect=17)  # saved at 3, 6, 9: two states kept
+    pristine = tmp_path / "pristine"
+    shutil.copytree(backup, pristine)
+    states = sorted(backup.glob("state-*"))
+    assert len(states) == 2
+    config.update(save_freq=100, kill_after=-1)
+    for name in ("model.weights.h5", "state.json"):
+        for torn in ([states[-1]], states):
+            shutil.rmtree(backup)
+            shutil.copytree(pristine, backup)
+            for state in torn:
+                path = state / name
+                path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+            run = run_child(tmp_path, config, f"torn-{name}-{len(torn)}")
+            warned = [w for w in run["warnings"] if str(backup) in w]
+            if len(torn) == 1:
+                assert len(run["trained"]) == 17 - 6, f"{name} torn: not resumed from the save at batch 6"
+                assert len(warned) == 1 and "passed over a torn backup" in warned[0] and name in warned[0], warned
+            else:
+                assert len(run["trained"]) == 17, f"{name} torn in both: not started over"
+                assert len(warned) == 1 and "training starts over" in warned[0], warned
+
+
+def test_a_backup_saved_over_other_data_stops_the_restart_naming_the_change(tmp_path):
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])
+    fit_with_kills(tmp_path, out, [{"kill_after": 5}], epochs=1)
+    shutil.rmtree(out)
+    write_output(out, [(0, 300), (300, 250), (550, 300), (850, 40)])  # another conversion: a shard more
+    config = {"mode": "keras", "source": out, "batch": 50, "dir": str(tmp_path / "backup"), "save_freq": 3,
+              "epochs": 1, "kill_after": -1}
+    with pytest.raises(AssertionError, match="exited 1") as e:
+        run_child(tmp_path, config, "changed")
+    lines = [line.strip() for line in str(e.value).splitlines() if line.strip().startswith("ValueError")]
+    assert len(lines) == 1 and "the data changed since the backup" in lines[0], str(e.value)[-2000:]
+    assert "4 file(s) added" in lines[0] and "3 file(s) removed" in lines[0]
+
+
+def test_an_iterator_restored_over_changed_data_says_what_changed(tmp_path):
+    """A bare tf.train.Checkpoint of the iterator, restored after a shard was rewritten, added or
+    removed: the restore fails with one line naming it (never other records in silence)."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 300), (300, 250), (550, 300)])
+    it = iter(make_dataset(out, batch_size=50, seed=3, prefetch_to_device=False))
+    next(it)
+    path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt" / "it"))
+    manifest = json.loads((Path(out) / "_manifest.json").read_text())
+    shard = Path(out) / manifest["files"][1]["path"]
+    for change, expect in [("rewritten", "rewritten: part-00001"), ("removed", "removed"), ("added", "added")]:
+        changed = tmp_path / change
+        shutil.copytree(out, changed)
+        m = json.loads((changed / "_manifest.json").read_text())
+        if change == "rewritten":
+            m["files"][1]["records"] -= 1
+            m["files"][1]["bytes"] -= 10
+        elif change == "removed":
+            del m["files"][1]
+            (changed / shard.name).unlink()
+        else:
+            m["files"].append(dict(m["files"][1], path="part-extra.tfrecord"))
+            shutil.copy(shard, changed / "part-extra.tfrecord")
+        (changed / "_manifest.json").write_text(json.dumps(m))
+        restored = iter(make_dataset(str(changed), batch_size=50, seed=3, prefetch_to_device=False))
+        with pytest.raises(ValueError, match=f"the data changed since this iterator was saved: .*{expect}"):
+            tf.train.Checkpoint(iterator=restored).read(path)
+    restored = iter(make_dataset(out, batch_size=50, seed=3, prefetch_to_device=False))
+    tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+    assert len(list(restored)) == 16
 
 
 def free_port() -> int:

@@ -24,6 +24,10 @@ _EXPORTS = {
     "input_fn": "tfrecord_io.engines.tfdata",
     "prefetch_to_gpu": "tfrecord_io.engines.tfdata",
     "steps_per_epoch": "tfrecord_io.engines.tfdata",
+    "BackupAndRestore": "tfrecord_io.engines.resume",
+    "LoaderResume": "tfrecord_io.engines.tfdata",
+    "BackupAndRestore": "tfrecord_io.engines.resume",
+    "LoaderResume": "tfrecord_io.engines.tfdata",
     "keras_inputs": "tfrecord_io.engines.keras_inputs",
     "read_batches": "tfrecord_io.engines.batches",
 }

@@ -7,6 +7,8 @@ A schema is YAML (see ``conf/*.yaml`` and ``docs/wire-contract.md``)::
       - {name: fare, type: float, default: 0.0}
       - {name: tags, type: string, shape: [-1], separator: "|"}
     label: tips
+    task: regression                  # what the label is: regression | binary | classification
+    # classes: 10                     # classification: n classes (int64 labels 0..n-1), or their values
     csv: {header: true, delimiter: ",", null_values: [""]}
 
 Sequence-example schemas name ``group_by`` (rows with the same key form one
@@ -29,6 +31,8 @@ import yaml
 
 TYPES = ("int64", "float", "bytes", "string")
 RECORD_TYPES = ("example", "sequence_example")
+#: What a label is, for the model's head (``task:`` in a schema; ``keras_inputs(task=)``).
+TASKS = ("regression", "binary", "classification")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -215,7 +219,7 @@ class Feature:
 _FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)}
 _CSV_KEYS = {f.name for f in dataclasses.fields(CsvOptions)}
 _TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence",
-             "ignore_columns"}
+             "ignore_columns", "task", "classes"}
 
 
 def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
@@ -260,9 +264,11 @@ class Schema:
     context: tuple[Feature, ...] = ()
     sequence: tuple[Feature, ...] = ()
     ignore_columns: tuple[str, ...] = ()
+    task: str | None = None
+    classes: int | tuple | None = None
 
     def __post_init__(self) -> None:
-        for key in ("record_type", "label", "group_by", "order_by"):
+        for key in ("record_type", "label", "group_by", "order_by", "task"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
                 what = "example or sequence_example" if key == "record_type" else "a feature name (a string)"
@@ -298,6 +304,41 @@ class Schema:
         both = sorted(seen & set(self.ignore_columns))
         if both:
             raise SchemaError(f"ignore_columns names feature(s) {both}: a column is either read or ignored")
+        self._check_task()
+
+    def _check_task(self) -> None:
+        """``task`` (what the label is: regression | binary | classification) and ``classes`` (a
+        classification label's classes: their number n, for int64 labels 0..n-1, or their values)."""
+        if self.task is None and self.classes is None:
+            return
+        if self.label is None:
+            raise SchemaError("task/classes describe the label: the schema names no label")
+        label = self.feature(self.label)
+        if self.task is not None and self.task not in TASKS:
+            raise SchemaError(f"task must be one of {', '.join(TASKS)}, got {_show(self.task)}")
+        kinds = {"regression": ("float", "int64"), "binary": ("int64", "float"),
+                 "classification": ("int64", "string", "bytes")}
+        if self.task is not None and label.type not in kinds[self.task]:
+            raise SchemaError(f"task {self.task} needs a label of type {' or '.join(kinds[self.task])}; "
+                              f"label {_show(label.name)} is {label.type}")
+        if self.classes is None:
+            return
+        if self.task not in (None, "classification"):
+            raise SchemaError(f"classes is for task: classification, not {self.task}")
+        classes = self.classes
+        if isinstance(classes, int) and not isinstance(classes, bool):
+            if classes < 2 or label.type != "int64":
+                raise SchemaError(f"classes: {classes} (a number of classes) needs an int64 label and at least 2 "
+                                  f"classes; for string labels list the values")
+            return
+        if not isinstance(classes, (list, tuple)) or len(classes) < 2 or len(set(classes)) != len(classes):
+            raise SchemaError(f"classes must be a number of classes or a list of at least 2 distinct values, "
+                              f"got {_show(classes)}")
+        want = int if label.type == "int64" else str
+        if not all(isinstance(c, want) and not isinstance(c, bool) for c in classes):
+            raise SchemaError(f"classes of the {label.type} label {_show(label.name)} must all be "
+                              f"{'integers' if want is int else 'strings'}, got {_show(list(classes))}")
+        object.__setattr__(self, "classes", tuple(classes))
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -325,7 +366,7 @@ class Schema:
             raise SchemaError(f"ignore_columns must be a list of column names, got {_show(ignore)}")
         kwargs: dict[str, Any] = dict(record_type=record_type, label=d.get("label"), csv=CsvOptions(**csv),
                                       group_by=d.get("group_by"), order_by=d.get("order_by"),
-                                      ignore_columns=tuple(ignore))
+                                      ignore_columns=tuple(ignore), task=d.get("task"), classes=d.get("classes"))
         if "features" in d:
             kwargs["features"] = _features_from(d["features"], "features")
         if "context" in d:
@@ -362,6 +403,10 @@ class Schema:
             out["sequence"] = [f.to_dict() for f in self.sequence]
         if self.label:
             out["label"] = self.label
+        if self.task:
+            out["task"] = self.task
+        if self.classes is not None:
+            out["classes"] = list(self.classes) if isinstance(self.classes, tuple) else self.classes
         if self.ignore_columns:
             out["ignore_columns"] = list(self.ignore_columns)
         csv = dataclasses.asdict(self.csv)

@@ -1,10 +1,9 @@
 """Keras inputs and preprocessing from the schema: the boilerplate every model on our outputs repeats.
 
     import keras
-    import tfrecord_io
-    from tfrecord_io.engines.keras_inputs import keras_inputs
+    from tfrecord_io import keras_inputs
 
-    prep = keras_inputs("hdfs://nn/tfrecords/trips")             # schema from the manifest
+    prep = keras_inputs("hdfs://nn/tfrecords/trips", task="regression")   # schema from the manifest
     h = keras.layers.Dense(64, activation="relu")(prep.encoded)
     model = keras.Model(prep.inputs, prep.output_layer()(h))
     model.compile("adam", loss=prep.loss, metrics=prep.metrics)
@@ -21,10 +20,17 @@ What it builds, per feature of the schema (or of ``features=``; the label is lef
   one-hot, the ``max_categories`` most frequent values plus one out-of-vocabulary slot);
 * the preprocessed features concatenated into one float tensor, ``encoded``.
 
-The label decides the head: a ``float`` label is regression (1 unit, mean squared error); an
-``int64`` label with values 0/1 is binary (1 sigmoid unit, binary cross-entropy); any other
-``int64`` or a ``string`` label is a class out of ``label_classes`` (softmax, sparse
-categorical cross-entropy; a string label is mapped to its class index by :meth:`dataset`).
+The task decides the head, and it is never guessed in silence: ``task=`` (or ``task:`` in the
+schema) is ``"regression"`` (1 unit, mean squared error; an int64 label is read as float),
+``"binary"`` (1 sigmoid unit, binary cross-entropy) or ``"classification"`` (softmax over
+``label_classes``, sparse categorical cross-entropy).  A classification label's classes come from
+``num_classes=`` / ``classes=`` (or ``classes:`` in the schema: a number n for int64 labels
+0..n-1, or the list of values); without them, from the statistics or the sample, and a line says
+so.  A label outside its classes fails in :meth:`KerasInputs.dataset` naming the value (on a CPU
+the loss would fail on it, on a GPU train on garbage).  Without a task, a ``float`` label is
+regression and a ``string`` label classification; an ``int64`` label is binary when its values
+are 0 and 1 and regression otherwise -- a count is a number -- and a warning line says which was
+chosen and how to choose the other.
 
 The statistics come from ``stats=`` -- what ``tfrecord-io stats --json`` prints, as a dict or a
 path -- or else from one bounded pass over the first ``sample_records`` records of the source
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -64,6 +71,7 @@ class KerasInputs:
     label_classes: tuple | None        # class values (None: regression or binary)
     loss: str | None
     metrics: list = field(default_factory=list)
+    task: str | None = None            # "regression" | "binary" | "classification" (None: no label)
 
     @property
     def output_units(self) -> int:
@@ -90,12 +98,52 @@ class KerasInputs:
         ds = make_dataset(self.source if source is None else source, schema=self.schema,
                           features=list(self.features), **make_dataset_options)
         label = self.schema.feature(self.label) if self.label else None
-        if label is not None and label.type in ("string", "bytes") and self.label_classes is not None:
+        if label is None:
+            return ds
+        from tfrecord_io.engines.tfdata_errors import LeadingErrorsDataset
+
+        def keep(mapped):  # our errors lead, and BackupAndRestore(data=) steers it as it would ds
+            out = LeadingErrorsDataset(mapped)
+            out.loader_stats, out.loader_resume = ds.loader_stats, ds.loader_resume
+            return out
+
+        if self.task in ("regression", "binary"):
+            return keep(ds.map(lambda x, y: (x, tf.cast(y, tf.float32)), num_parallel_calls=tf.data.AUTOTUNE))
+        classes = self.label_classes
+        if label.type in ("string", "bytes"):
             table = tf.lookup.StaticHashTable(
-                tf.lookup.KeyValueTensorInitializer(tf.constant([str(c) for c in self.label_classes]),
-                                                    tf.range(len(self.label_classes), dtype=tf.int64)), -1)
-            ds = ds.map(lambda x, y: (x, table.lookup(y)), num_parallel_calls=tf.data.AUTOTUNE)
-        return ds
+                tf.lookup.KeyValueTensorInitializer(tf.constant([str(c) for c in classes]),
+                                                    tf.range(len(classes), dtype=tf.int64)), -1)
+            index = table.lookup
+        else:  # int64 classes 0..n-1 (label_classes is that range)
+            index = tf.identity
+        check = _ClassCheck(label.name, classes)
+
+        def to_class(x, y):
+            k = index(y)
+            bad = tf.reduce_any((k < 0) | (k >= len(classes)))
+            k = tf.cond(bad, lambda: tf.numpy_function(check, [y, k], tf.int64, stateful=False), lambda: k)
+            return x, tf.ensure_shape(k, y.shape)
+
+        return keep(ds.map(to_class, num_parallel_calls=tf.data.AUTOTUNE))
+
+
+class _ClassCheck:
+    """Raised for a batch holding a label outside the classes: names the first such value."""
+
+    def __init__(self, name: str, classes: tuple):
+        self.name, self.classes = name, classes
+
+    def __call__(self, values, index):
+        bad = np.flatnonzero((index < 0) | (index >= len(self.classes)))
+        k = int(bad[0]) if len(bad) else 0
+        value = values.ravel()[k]
+        value = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value.item()
+        shown = (f"0..{len(self.classes) - 1}" if self.classes == tuple(range(len(self.classes)))
+                 else ", ".join(map(repr, self.classes[:8])) + (" ..." if len(self.classes) > 8 else ""))
+        raise ValueError(f"label {self.name!r}: record {k} of a batch has {value!r}, not one of the "
+                         f"{len(self.classes)} classes ({shown}): give the label all its classes "
+                         f"(keras_inputs(num_classes=... or classes=[...]), or classes: in the schema)")
 
 
 def _load_stats(stats) -> dict[str, dict]:
@@ -151,11 +199,16 @@ def _stat_top(entry: dict, k: int) -> list | None:
 
 def keras_inputs(source, *, schema: Schema | dict | str | None = None, features: Sequence[str] | None = None,
                  stats=None, sample_records: int = DEFAULT_SAMPLE_RECORDS,
-                 max_categories: int = DEFAULT_MAX_CATEGORIES) -> KerasInputs:
+                 max_categories: int = DEFAULT_MAX_CATEGORIES, task: str | None = None,
+                 num_classes: int | None = None, classes: Sequence | None = None) -> KerasInputs:
     """Keras inputs, preprocessing and the label's head for ``source`` (module doc).
 
-    Raises ValueError for a feature that has no fixed shape, a schema without an Example
-    layout, or ``stats`` that are not ``tfrecord-io stats --json`` output.
+    ``task``: ``"regression"``, ``"binary"`` or ``"classification"`` (default: the schema's
+    ``task:``, else chosen from the label's type, with a warning for an int64 label);
+    ``num_classes`` / ``classes``: a classification label's classes (default: the schema's
+    ``classes:``, else from the data, with a warning).  Raises ValueError for a feature that has no
+    fixed shape, a schema without an Example layout, a task the label's type cannot have, or
+    ``stats`` that are not ``tfrecord-io stats --json`` output.
     """
     import keras
 
@@ -196,29 +249,80 @@ def keras_inputs(source, *, schema: Schema | dict | str | None = None, features:
         raise ValueError("keras_inputs needs at least one feature besides the label")
     encoded = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 
-    label_classes, loss, metrics = None, None, []
+    label_classes, loss, metrics, chosen_task = None, None, [], None
     if resolved.label:
         lf = resolved.feature(resolved.label)
-        if lf.type == "float":
-            loss = "mse"
-        else:
-            entry = known.get(lf.name)
-            values = sample.get(lf.name)
-            if lf.type == "int64":
-                seen = sorted(_top(values, 1 << 16)) if values is not None else \
-                    list(range(int(entry["numbers"]["min"]), int(entry["numbers"]["max"]) + 1))
-                if set(seen) <= {0, 1}:
-                    loss, metrics = "binary_crossentropy", ["accuracy"]
-                else:
-                    if min(seen) < 0:
-                        raise ValueError(f"label {lf.name!r} has negative classes {min(seen)}: map them to 0..n-1")
-                    label_classes = tuple(range(max(seen) + 1))
-            else:
-                label_classes = tuple(sorted(_stat_top(entry, 1 << 16) or _top(values, 1 << 16), key=str))
-            if label_classes is not None:
-                loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
+        chosen_task, label_classes = _label_task(lf, resolved, task, num_classes, classes, known.get(lf.name),
+                                                 sample.get(lf.name), src.uri)
+        loss, metrics = {"regression": ("mse", []), "binary": ("binary_crossentropy", ["accuracy"]),
+                         "classification": ("sparse_categorical_crossentropy", ["accuracy"])}[chosen_task]
     return KerasInputs(src, resolved, inputs, encoded, tuple(f.name for f in chosen), resolved.label,
-                       label_classes, loss, metrics)
+                       label_classes, loss, metrics, chosen_task)
+
+
+def _label_task(lf: Feature, schema: Schema, task: str | None, num_classes: int | None, classes: Sequence | None,
+                entry: dict | None, values: np.ndarray | None, uri: str) -> tuple[str, tuple | None]:
+    """(task, classes) of the label ``lf``: the caller's, else the schema's, else chosen and said (module doc)."""
+    from tfrecord_io.core.schema import TASKS
+
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    if num_classes is not None and classes is not None:
+        raise ValueError("give num_classes= or classes=, not both")
+    given = classes if classes is not None else num_classes
+    if given is not None and task not in (None, "classification"):
+        raise ValueError(f"num_classes/classes are for task='classification', not {task!r}")
+    task = task or ("classification" if given is not None else schema.task)
+    given = given if given is not None else (schema.classes if task == "classification" else None)
+    allowed = {"float": ("regression", "binary"), "int64": ("regression", "binary", "classification")}.get(
+        lf.type, ("classification",))
+    if task is not None and task not in allowed:
+        raise ValueError(f"label {lf.name!r} is {lf.type}: it can be {' or '.join(allowed)}, not {task}")
+    if task is None:
+        if lf.type == "float":
+            task = "regression"
+        elif lf.type != "int64":
+            task = "classification"
+        else:
+            lo, hi = _label_range(entry, values)
+            task = "binary" if lo is not None and lo >= 0 and hi <= 1 else "regression"
+            other = "task='regression'" if task == "binary" else "task='classification', num_classes=N"
+            warnings.warn(f"keras_inputs: the int64 label {lf.name!r} of {uri} (values {lo}..{hi} in what was "
+                          f"read) is taken as {task}; pass {other} (or set task:/classes: in the schema) for the "
+                          f"other", stacklevel=3)
+    if task != "classification":
+        return task, None
+    if isinstance(given, int) and not isinstance(given, bool):
+        if lf.type != "int64" or given < 2:
+            raise ValueError(f"num_classes={given} needs an int64 label and at least 2 classes")
+        return task, tuple(range(given))
+    if given is not None:
+        found = tuple(given)
+        if lf.type == "int64" and found != tuple(range(len(found))):
+            raise ValueError(f"the classes of the int64 label {lf.name!r} must be 0..n-1 (give num_classes=n), "
+                             f"got {list(found)[:10]}")
+        return task, tuple(str(c) for c in found) if lf.type != "int64" else found
+    if lf.type == "int64":
+        lo, hi = _label_range(entry, values)
+        if lo is None or lo < 0:
+            raise ValueError(f"label {lf.name!r} has negative values ({lo}): classes are 0..n-1; map them first")
+        found = tuple(range(hi + 1))
+    else:
+        found = tuple(sorted(_stat_top(entry, 1 << 16) or _top(values, 1 << 16), key=str))
+    warnings.warn(f"keras_inputs: the {len(found)} classes of label {lf.name!r} come from the data read "
+                  f"({'statistics' if entry else 'a sample'}); a label outside them fails at its batch: pass "
+                  f"{'num_classes=N' if lf.type == 'int64' else 'classes=[...]'} (or classes: in the schema) to "
+                  f"fix them", stacklevel=3)
+    return task, found
+
+
+def _label_range(entry: dict | None, values: np.ndarray | None) -> tuple[int | None, int | None]:
+    if values is not None and len(values):
+        return int(values.min()), int(values.max())
+    numbers = (entry or {}).get("numbers") or {}
+    if numbers.get("min") is None:
+        return None, None
+    return int(numbers["min"]), int(numbers["max"])
 
 
 def _preprocess(f: Feature, x, entry: dict | None, values: np.ndarray | None, max_categories: int):

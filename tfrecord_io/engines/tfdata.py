@@ -142,6 +142,7 @@ and why:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import mmap
@@ -160,7 +161,7 @@ import numpy as np
 
 from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, masked_crc32c, read_records
 from tfrecord_io.core.schema import Feature, Schema
-from tfrecord_io.storage import fs, sources
+from tfrecord_io.storage import fs, source_identity, sources
 from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
 from tfrecord_io.storage.partitions import select_partitions
 from tfrecord_io.engines.reader_options import check_common, check_feature_names
@@ -395,16 +396,21 @@ class LoaderResume:
     iterator(s): epoch ``epoch`` (its file order and shuffles are those of that epoch, whatever
     ran before in this process), leaving out its first ``skip_batches`` batches -- what
     :class:`tfrecord_io.engines.resume.BackupAndRestore` does to resume training mid-epoch.
-    ``batches_per_epoch`` is an epoch's batches when the record counts are known (else None).
+    ``batches_per_epoch`` is an epoch's batches when the record counts are known (else None);
+    ``identity`` what the data is (:mod:`tfrecord_io.storage.source_identity`), for a saved state
+    to be checked against.
     """
 
     def __init__(self) -> None:
         self._starts: weakref.WeakSet = weakref.WeakSet()
         self.batches_per_epoch: int | None = None
+        self.identity: dict | None = None
+        self.source_uri: str | None = None
 
-    def _add(self, start: "_Start", batches_per_epoch: int | None) -> None:
+    def _add(self, start: "_Start", batches_per_epoch: int | None, identity: dict, source_uri: str) -> None:
         self._starts.add(start)
         self.batches_per_epoch = batches_per_epoch
+        self.identity, self.source_uri = identity, source_uri
 
     def start_epoch(self, epoch: int, skip_batches: int = 0) -> None:
         if not isinstance(epoch, (int, np.integer)) or epoch < 0:
@@ -456,6 +462,46 @@ def _resolve_schema(schema: Any, src: Source) -> Schema:
                              f"with a _manifest.json to take the schema from")
         return src.schema
     return sources.resolve_source(src, schema=schema).schema
+
+
+def _read_as(schema: Schema, src: Source) -> tuple[Schema, tuple[str, ...]]:
+    """The schema to parse ``src``'s records with, and the features to cast to float after parsing.
+
+    A schema given to ``make_dataset`` may read an int64 feature of the records as ``float`` (a
+    count as a regression target, say) without converting the data again: it is parsed as the
+    int64 the manifest says the records hold, then cast to float32.  Any other difference from
+    the manifest's types fails here, naming the feature, instead of at the first batch.
+    """
+    stored = src.manifest.schema if src.manifest is not None else None
+    if stored is None or stored == schema:
+        return schema, ()
+    stored_types = {f.name: f for f in stored.input_features}
+    casts = []
+
+    def retype(f: Feature) -> Feature:
+        held = stored_types.get(f.name)
+        if held is None or held.type == f.type or {held.type, f.type} <= {"string", "bytes"}:
+            return f
+        if held.type == "int64" and f.type == "float":
+            casts.append(f.name)
+            default = f.default
+            if default is not None:
+                values = default if isinstance(default, tuple) else (default,)
+                if any(float(v) != int(v) for v in values):
+                    raise ValueError(f"feature {f.name!r}: read as float from int64 records, its default must be a "
+                                     f"whole number (it fills records that lack it before the cast), got {default!r}")
+                default = tuple(int(v) for v in values) if isinstance(default, tuple) else int(default)
+            return dataclasses.replace(f, type="int64", default=default)
+        raise ValueError(f"feature {f.name!r}: the records of {src.uri} hold {held.type} ({held.kind}), the schema "
+                         f"given asks for {f.type}; only int64 can be read as another type (float) here: cast it "
+                         f"after make_dataset, or convert again")
+
+    if schema.record_type == "example":
+        parsed = dataclasses.replace(schema, features=tuple(retype(f) for f in schema.features))
+    else:
+        parsed = dataclasses.replace(schema, context=tuple(retype(f) for f in schema.context),
+                                     sequence=tuple(retype(f) for f in schema.sequence))
+    return parsed, tuple(casts)
 
 
 def _check_present(schema: Schema, src: Source) -> None:
@@ -1303,8 +1349,9 @@ def parse_spec(schema: Schema):
             {f.name: spec(f, in_sequence=True) for f in schema.sequence})
 
 
-def _parser(schema: Schema, ragged: bool):
-    """The batch -> features (or (features, label)) function."""
+def _parser(schema: Schema, casts: Sequence[str] = (), *, ragged: bool):
+    """The batch -> features (or (features, label)) function; ``casts``: features parsed as int64
+    and yielded as float32 (:func:`_read_as`)."""
     import tensorflow as tf
 
     label = schema.label
@@ -1312,7 +1359,10 @@ def _parser(schema: Schema, ragged: bool):
         spec = parse_spec(schema)
 
         def parse(serialized):
-            return tf.io.parse_example(serialized, spec)
+            parsed = tf.io.parse_example(serialized, spec)
+            for name in casts:
+                parsed[name] = tf.cast(parsed[name], tf.float32)
+            return parsed
     else:
         context_spec, sequence_spec = parse_spec(schema)
         names = {f.name for f in schema.input_features}
@@ -1326,6 +1376,11 @@ def _parser(schema: Schema, ragged: bool):
             context, sequences, lengths = tf.io.parse_sequence_example(
                 serialized, context_features=context_spec or None, sequence_features=sequence_spec)
             out = dict(context)
+            for name in casts:
+                if name in out:
+                    out[name] = tf.cast(out[name], tf.float32)
+                elif name in sequences:
+                    sequences[name] = tf.cast(sequences[name], tf.float32)
             for name, value in sequences.items():
                 is_ragged = isinstance(value, tf.RaggedTensor)
                 if ragged:
@@ -1392,7 +1447,15 @@ def prefetch_to_gpu(dataset, device: bool | str = "auto"):
     import tensorflow as tf
 
     target = _target_device(device, None, dataset.element_spec)
-    return dataset if target is None else dataset.apply(tf.data.experimental.prefetch_to_device(target))
+    if target is None:
+        return dataset
+    length = int(dataset.cardinality())
+    prefetched = dataset.apply(tf.data.experimental.prefetch_to_device(target))
+    if length == tf.data.UNKNOWN_CARDINALITY or int(prefetched.cardinality()) != tf.data.UNKNOWN_CARDINALITY:
+        return prefetched
+    from tfrecord_io.engines.tfdata_errors import LeadingErrorsDataset
+
+    return LeadingErrorsDataset(prefetched, length=length)  # the copy to the device hides the length
 
 
 def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = True,
@@ -1433,7 +1496,7 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
     src = select_partitions(resolve_source(source, opts.compression), partitions)
     resolved_schema = select_features(_resolve_schema(schema, src), features)
     _check_present(resolved_schema, src)
-    parse = _parser(resolved_schema, opts.ragged)
+    parse = _parser(*_read_as(resolved_schema, src), ragged=opts.ragged)
     batch = opts.batch_size
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(opts.batch_size)
@@ -1454,23 +1517,31 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
         opts = dataclasses.replace(opts, seed=0)
     key = opts.seed if opts.seed is not None else secrets.randbits(62)
     start = _Start(int(key) & (2**63 - 1), opts.num_epochs or _FOREVER)
-    resume._add(start, _batches_per_epoch(counts, share, batch, opts.drop_remainder))
+    per_epoch = _batches_per_epoch(counts, share, batch, opts.drop_remainder)
+    data_identity = source_identity.identity(src)
+    resume._add(start, per_epoch, data_identity, src.uri)
+    same_data = _SameData(data_identity, src.uri)
 
     threads = None
     if opts.global_shuffle:
         epoch_fn, staged = _global_pipeline(table, src, opts, stats, share, batch)
     else:
         epoch_fn, threads, staged = _window_pipeline(table, opts, stats, share, batch, pipeline_files)
+    # The head's element is what a checkpoint of the iterator keeps of its start: the epoch
+    # arguments and the identity of the data they index.  Restored, epochs() runs again on the
+    # saved element, and refuses one saved over other data (_SameData).
+    identity_text = tf.constant(same_data.text)
     head = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).map(
-        lambda _: tuple(tf.numpy_function(start, [], [tf.int64] * 4, stateful=True)))
+        lambda _: tuple(tf.numpy_function(start, [], [tf.int64] * 4, stateful=True)) + (identity_text,))
     epochs_per_iteration = opts.num_epochs or _FOREVER
 
-    def epochs(key_, first, skip, token):
+    def epochs(key_, first, skip, token, saved_identity):
         key_, first, skip, token = (tf.reshape(t, []) for t in (key_, first, skip, token))
+        first += tf.reshape(tf.numpy_function(same_data, [saved_identity], tf.int64, stateful=False), [])
         return tf.data.Dataset.range(first, first + epochs_per_iteration).map(
             lambda e: (key_, e, tf.where(tf.equal(e, first), skip, tf.constant(0, tf.int64)), token))
 
-    ds = head.flat_map(epochs).flat_map(epoch_fn)
+    ds = _declare_length(head.flat_map(epochs).flat_map(epoch_fn), per_epoch, opts.num_epochs)
     if threads is not None:
         ds = ds.with_options(threads)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
@@ -1492,12 +1563,56 @@ def make_dataset(source, *, schema=None, batch_size: int, shuffle: bool | str = 
         _target_device(opts.prefetch_to_device, input_context, ds.element_spec)  # rejects True / a device
     from tfrecord_io.engines.tfdata_errors import LeadingErrorsDataset
 
-    ds = LeadingErrorsDataset(ds)  # its iterators raise the loader's errors with our line first
+    ds = LeadingErrorsDataset(ds, length=getattr(ds, "_length", None))  # our errors lead; the length kept
     ds.loader_stats = stats
     ds.loader_resume = resume
     if staged is not None:
         ds._tfrecord_io_lifetime = _Lifetime([staged])
     return ds
+
+
+class _SameData:
+    """The identity of the data a dataset reads, and the check a restored iterator makes of the
+    identity it was saved with (a numpy_function: 0, or ValueError naming what changed)."""
+
+    def __init__(self, identity: dict, uri: str):
+        self.text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        self.identity, self.uri = identity, uri
+
+    def __call__(self, saved) -> np.int64:
+        saved = saved.decode() if isinstance(saved, bytes) else str(saved)
+        if saved != self.text:
+            try:
+                change = source_identity.describe_changes(json.loads(saved), self.identity)
+            except ValueError as e:
+                change = f"its saved description of the data is not readable ({e})"
+            if change:
+                raise ValueError(f"{self.uri}: the data changed since this iterator was saved: {change}; "
+                                 f"restore it against the data it was saved over, or start a new iterator "
+                                 f"(its epoch and batch positions would name other records)")
+        return np.int64(0)
+
+
+def _declare_length(ds, per_epoch: int | None, num_epochs: int | None):
+    """``ds`` with its length declared: ``per_epoch x num_epochs`` batches (infinite for num_epochs=None).
+
+    Keras takes an epoch's length from the dataset's cardinality, and without one from the first
+    epoch it sees end -- after a resume, the shortened resumed epoch, which then cuts every later
+    epoch short.  ``flat_map`` hides the count; ``assert_cardinality`` would restore it but fails an
+    iterator started mid-epoch (``LoaderResume.start_epoch(skip_batches=k)`` yields k fewer).  So
+    the count is declared without being asserted: ``ds`` followed by a dataset whose static
+    cardinality is infinite but that yields nothing (an empty ``filter``, repeated: tf.data's
+    ``repeat`` ends when a pass yields nothing) is infinite, and ``take`` makes it the count.  An
+    iterator still ends where its data ends.
+    """
+    if per_epoch is None:
+        return ds
+    import tensorflow as tf
+
+    nothing = tf.nest.map_structure(lambda spec: tf.zeros([d if d is not None else 0 for d in spec.shape],
+                                                          spec.dtype), ds.element_spec)
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(nothing).filter(lambda *_: False).repeat())
+    return ds if num_epochs is None else ds.take(per_epoch * num_epochs)
 
 
 def _counts_from_indexes(table: _FileTable) -> None:

@@ -38,7 +38,7 @@ _OURS = {cls.__name__: cls for cls in (
     builtins.ConnectionError, builtins.TimeoutError, builtins.OSError, builtins.ValueError, builtins.TypeError)}
 
 # "{{function_node ...}} [Error in user-defined function passed to X transformation with iterator: Y: ]Name: text"
-_RAISED = re.compile(r"^(?:\{\{function_node [^}]*\}\}\s*)?"
+_RAISED = re.compile(r"^(?:\{\{function_node [^}]*\}\}\s*)?(?:Failed to restore dataset iterator from checkpoint: )?"
                      r"(?:Error in user-defined function passed to \S+ transformation with iterator: \S+: )?"
                      r"(?P<name>[A-Za-z_]\w*): (?P<text>[^\n]*)")
 _CORRUPT = re.compile(r"^(?P<path>.*): corrupt TFRecord at byte offset (?P<offset>\d+): (?P<check>[^:]+): "
@@ -104,13 +104,32 @@ class _LeadingIterator(iterator_ops.OwnedIterator):
     def get_next(self):
         return self.__next__()
 
+    def _restore_from_tensors(self, restored_tensors):
+        try:
+            return super()._restore_from_tensors(restored_tensors)
+        except tf.errors.OpError as e:  # e.g. restored against other data: the loader's line first
+            lead = leading_error(e)
+            if lead is None:
+                raise
+            raise lead from e
+
 
 class LeadingErrorsDataset(dataset_ops.UnaryUnchangedStructureDataset):
     """``input_dataset`` itself (the same graph, no op added) whose eager iterators lead with the
-    loader's errors.  Transformations (``.map``, ...) return TensorFlow's datasets, as always."""
+    loader's errors.  Transformations (``.map``, ...) return TensorFlow's datasets, as always.
 
-    def __init__(self, input_dataset: tf.data.Dataset):
+    ``length``: the cardinality to report where the graph's is unknown -- after
+    ``prefetch_to_device``, whose copy to the device hides it (Keras reads it for an epoch's length).
+    """
+
+    def __init__(self, input_dataset: tf.data.Dataset, length: int | None = None):
         super().__init__(input_dataset, input_dataset._variant_tensor)  # noqa: SLF001 - tf.data's own pattern
+        self._length = length
+
+    def cardinality(self):
+        if self._length is not None:
+            return tf.constant(self._length, tf.int64)
+        return super().cardinality()
 
     def __iter__(self):
         if tf.executing_eagerly() or ops.inside_function():  # as tf.data.Dataset.__iter__
