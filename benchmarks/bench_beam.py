@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from tfrecord_io.core.schema import Schema  # noqa: E402
-from tfrecord_io.engines.tfdata import parse_spec  # noqa: E402
+from tfrecord_io.engines.loader import parse_spec  # noqa: E402
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]

@@ -32,7 +32,7 @@ import pyarrow as pa  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 from tfrecord_io.core.framing import TFRecordWriter  # noqa: E402
 from tfrecord_io.core.schema import Schema  # noqa: E402
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 
 SCHEMA = Schema.from_dict({
     "features": [{"name": f"f{i}", "type": "float"} for i in range(10)]

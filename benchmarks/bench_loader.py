@@ -164,7 +164,7 @@ def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False) 
     import tensorflow as tf
 
     from tfrecord_io.commands.demo_train import taxi_schema
-    from tfrecord_io.engines.tfdata import parse_spec
+    from tfrecord_io.engines.loader import parse_spec
 
     spec = parse_spec(taxi_schema())
     ds = (tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE if parallel_reads else None)
@@ -179,7 +179,7 @@ def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False) 
 
 def ours(source, batch_size: int, **options) -> tuple[int, tuple]:
     from tfrecord_io.commands.demo_train import taxi_schema
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     label = taxi_schema().label
     ds = make_dataset(source, batch_size=batch_size, **options)
@@ -235,7 +235,7 @@ def first_batch_runs(outputs: dict[str, str], hdfs_out: str | None, batch_size: 
     import tensorflow as tf
 
     from tfrecord_io.commands.demo_train import taxi_schema
-    from tfrecord_io.engines.tfdata import make_dataset, parse_spec
+    from tfrecord_io.engines.loader import make_dataset, parse_spec
 
     spec = parse_spec(taxi_schema())
 
@@ -292,7 +292,7 @@ def rss_probe(source: list[str]) -> dict:
     import tensorflow as tf  # noqa: F401  (the runtime's own footprint is in the baseline)
 
     from tfrecord_io.commands.demo_train import taxi_schema
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     ds = make_dataset(source, schema=taxi_schema(), batch_size=1024, seed=0)
     it = iter(ds)

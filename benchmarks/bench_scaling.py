@@ -188,7 +188,7 @@ def loader(source: str, rows: int) -> dict:
 def loader_one(argv: list[str]) -> int:
     import tensorflow as tf  # noqa: F401  (its import is not the loader's time)
 
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     started = time.monotonic()
     ds = make_dataset(argv[0], batch_size=1024, num_epochs=1)

@@ -39,7 +39,7 @@ def probe(config: dict) -> dict:
     """One configuration, in this (fresh) process."""
     import tensorflow as tf  # noqa: F401  (the runtime's own footprint is the baseline)
 
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     base = _rss_mb()
     ds = make_dataset(config["source"], batch_size=1024, seed=0, shuffle=config["shuffle"],

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     from tfrecord_io.commands.demo_train import make_demo_output, numeric_model, taxi_schema
-    from tfrecord_io.engines.tfdata import make_dataset, prefetch_to_gpu, steps_per_epoch
+    from tfrecord_io.engines.loader import make_dataset, prefetch_to_gpu, steps_per_epoch
 
     gpus = tf.config.list_logical_devices("GPU")
     device = "/gpu:0" if gpus else "/cpu:0"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tfrecord_io.core.framing import read_records
 from tfrecord_io.core.schema import Schema
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage import fs, output
 from tfrecord_io.storage.schema_io import load_schema
 

@@ -22,7 +22,7 @@ from helpers import (CORPUS, EXAMPLE_SCHEMA, FNAPI, REPO, SESSIONS_SCHEMA, TF_CO
 from tfrecord_io.engines import beam as tbeam
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.schema import Schema
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage.schema_io import load_schema
 
 sys.path.insert(0, str(REPO))  # pipelines/ is a top-level package of the repository

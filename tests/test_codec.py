@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.schema import Feature, Schema
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 

@@ -211,7 +211,7 @@ def test_a_silent_namenode_fails_the_conversion_in_bounded_time(engine, session,
 def test_sorted_input_gives_mixed_batches_by_default(engine, session, tmp_path):
     """Issue #15 item 4: date-sorted input, one shard, the default loader: the first batches already
     span the whole range (records are shuffled within shards when written)."""
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     n = 40_000  # four times the loader's default shuffle buffer
     (tmp_path / "in.csv").write_text("id,x,s\n" + "".join(f"{i},{i},d\n" for i in range(n)))

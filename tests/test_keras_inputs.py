@@ -159,7 +159,7 @@ def test_a_label_outside_its_classes_fails_naming_the_value(tmp_path):
 
 
 def test_an_int64_feature_reads_as_float_without_converting_again(tmp_path):
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     out = str(tmp_path / "rides")
     riders = rides(out)

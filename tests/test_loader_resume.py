@@ -16,13 +16,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
 
-from tfrecord_io.engines.tfdata import make_dataset, steps_per_epoch
+from tfrecord_io.engines.loader import input_fn, make_dataset, steps_per_epoch
 from test_tfdata import write_output
 
 CHILD = r'''
@@ -33,7 +34,7 @@ if config["mode"] == "worker":
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": config["workers"]},
                                           "task": {"type": "worker", "index": config["index"]}})
 import tensorflow as tf
-from tfrecord_io.engines.tfdata import input_fn, make_dataset
+from tfrecord_io.engines.loader import input_fn, make_dataset
 
 def ids(batch):
     return batch[0]["id"].numpy().tolist()
@@ -138,8 +139,24 @@ if config["mode"] == "worker":
     with strategy.scope():
         m = model()
     dist = strategy.distribute_datasets_from_function(lambda ctx: fn(ctx).map(as_xy))
-    m.fit(dist, epochs=1, verbose=0)
-    dump({"batches": Recorder.trained})
+    callbacks, epoch_of = [], []
+    if config.get("dir"):
+        from tfrecord_io import BackupAndRestore
+
+        class Kill(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                Kill.epoch = epoch
+
+            def on_train_batch_end(self, batch, logs=None):
+                epoch_of.extend([Kill.epoch] * (len(Recorder.trained) - len(epoch_of)))
+                if len(Recorder.trained) == config["kill_after"]:
+                    dump({"batches": Recorder.trained, "epochs": epoch_of})
+                    os._exit(17)
+
+        callbacks = [BackupAndRestore(config["dir"], data=fn, save_freq=config["save_freq"], delete_checkpoint=False),
+                     Kill()]
+    m.fit(dist, epochs=config.get("epochs", 1), verbose=0, callbacks=callbacks)
+    dump({"batches": Recorder.trained, "epochs": epoch_of})
     os._exit(0)
 '''
 
@@ -410,3 +427,66 @@ def test_multi_worker_fit_equal_steps_every_record_once(tmp_path):
     assert [len(b) for b in batches] == [steps, steps]
     seen = Counter(i for worker in batches for b in worker for i in b)
     assert set(seen.values()) == {1} and len(seen) == steps * 16 and set(seen) <= set(range(221))
+
+
+def run_workers(tmp_path, config: dict, name: str, kill_after: list[int]) -> list[dict | None]:
+    """Two MultiWorkerMirroredStrategy workers; a worker that dies (exit 17 after ``kill_after``
+    batches) takes the job down: the other is killed too, as a preempted job's are."""
+    workers = [f"localhost:{free_port()}" for _ in range(2)]
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    procs = []
+    for k in range(2):
+        cfg = dict(config, mode="worker", workers=workers, index=k, kill_after=kill_after[k],
+                   out=str(tmp_path / f"{name}-{k}.json"))
+        procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.monotonic() + 300
+        while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if any(p.poll() == 17 for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        errors = [p.communicate(timeout=240)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    codes = [p.returncode for p in procs]
+    expected = [17 if k >= 0 else 0 for k in kill_after]
+    assert all(c == e or (e == 0 and 17 in expected) for c, e in zip(codes, expected)), \
+        f"{name}: workers exited {codes}:\n" + "\n".join(e[-3000:] for e in errors)
+    return [json.loads((tmp_path / f"{name}-{k}.json").read_text()) if codes[k] in (0, 17) and
+            (tmp_path / f"{name}-{k}.json").exists() else None for k in range(2)]
+
+
+def test_multi_worker_fit_resumes_exactly_after_a_worker_is_killed(tmp_path):
+    """input_fn under two MultiWorkerMirroredStrategy workers, 3 epochs of 24 steps; worker 0 (the
+    chief, which alone writes the backup) dies in the middle epoch and the job with it; restarted,
+    each worker's kept batches are exactly its batches of an uninterrupted fit, every epoch whole,
+    and each epoch trains every record once but the remainder."""
+    out = str(tmp_path / "out")
+    write_output(out, [(0, 130), (130, 170), (300, 90)])  # 390 records, global batch 16: 24 steps, 6 left over
+    steps, epochs = 24, 3
+    config = {"source": out, "batch": 16, "dir": str(tmp_path / "backup"), "save_freq": 5, "epochs": epochs}
+    killed = run_workers(tmp_path, config, "killed", [steps + 13, -1])
+    position = saved_position(tmp_path / "backup", steps)
+    # saves every 5 batches, counted across the epoch's end: after batches 5, ..., 20, 25, 30, 35
+    assert position == steps + 11, f"the chief's last save was at batch {position}, not {steps + 11}"
+    last = run_workers(tmp_path, config, "restarted", [-1, -1])
+    fn = input_fn(out, batch_size=16, features=["id", "x"], seed=5)
+    for k in range(2):
+        ds = fn(tf.distribute.InputContext(2, k, 2))
+        want = []
+        for epoch in range(epochs):
+            ds.loader_resume.start_epoch(epoch)
+            want += [b[0]["id"].numpy().tolist() for b in ds]
+        got = killed[k]["batches"][:position] + last[k]["batches"]
+        assert got == want, f"worker {k}: not the batches of an uninterrupted fit"
+        assert Counter(last[k]["epochs"]) == {1: 2 * steps - position, 2: steps}, Counter(last[k]["epochs"])
+    for epoch in range(epochs):
+        ids = Counter(i for k in range(2) for b in (killed[k]["batches"][:position] + last[k]["batches"])
+                      [epoch * steps:(epoch + 1) * steps] for i in b)
+        assert set(ids.values()) == {1} and len(ids) == steps * 16, f"epoch {epoch}: a record twice or never"

@@ -24,7 +24,7 @@ from tfrecord_io.storage import output
 from tfrecord_io.core.codec import encode_examples
 from tfrecord_io.conversion.parsing import read_batches
 from tfrecord_io.commands.demo_train import demo_rows, taxi_schema
-from tfrecord_io.engines.tfdata import make_dataset
+from tfrecord_io.engines.loader import make_dataset
 
 SCHEMA = taxi_schema()
 COLUMNS = [f.name for f in SCHEMA.features]

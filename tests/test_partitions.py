@@ -19,7 +19,7 @@ import tfrecord_io.spark
 from helpers import VENV_BIN
 from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.commands.verify import verify_source
-from tfrecord_io.engines.tfdata import make_dataset, steps_per_epoch
+from tfrecord_io.engines.loader import make_dataset, steps_per_epoch
 from tfrecord_io.storage import fs, output
 from tfrecord_io.storage.partitions import (DEFAULT_PARTITION, escape, parse_partition_path, partition_codes,
                                             partition_dir, unescape)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tfrecord_io.core.schema import Schema, SchemaError
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage.schema_io import load_schema
 
 TAXI = """

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tfrecord_io.spark
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage import output
 
 UTC = dt.timezone.utc

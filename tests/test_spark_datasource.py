@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfrecord_io.storage import output
 import tfrecord_io.spark
-from tfrecord_io.engines.tfdata import make_dataset
+from tfrecord_io.engines.loader import make_dataset
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, DealRows, ReadAndWrite,
                                       ReadStage, WriteDealt, WriteStage, run_conversion)
-from tfrecord_io.engines.tfdata import parse_spec
+from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.testing.faults import FirstAttempt
 

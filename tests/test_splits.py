@@ -100,7 +100,7 @@ def test_both_engines_split_row_for_row_and_each_split_loads(spark, tmp_path, fe
     from helpers import convert
     from tfrecord_io.storage import output
     from tfrecord_io.core.framing import read_records
-    from tfrecord_io.engines.tfdata import make_dataset
+    from tfrecord_io.engines.loader import make_dataset
 
     inp, schema, rows = _data(tmp_path)
     got = {}

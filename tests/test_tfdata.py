@@ -1,4 +1,4 @@
-"""The tf.data loader (tfrecord_io.engines.tfdata) against real TensorFlow, real Beam and a real HDFS.
+"""The tf.data loader (tfrecord_io.engines.loader) against real TensorFlow, real Beam and a real HDFS.
 
 Files come from three writers: TensorFlow's own ``tf.io.TFRecordWriter`` (each compression),
 Beam's ``WriteToTFRecord`` and our output contract (``output.write_shard`` + ``output.commit``).
@@ -28,7 +28,7 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.core.framing import CorruptRecordError
-from tfrecord_io.engines.tfdata import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.engines.loader import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
 from tfrecord_io.storage.index import build_index
 from tfrecord_io.storage.schema_io import load_schema
 from helpers import TF_COMPRESSION
@@ -586,7 +586,7 @@ def test_skip_mode_drops_the_rest_of_each_corrupt_file_and_counts(tmp_path, capl
     gz = tmp_path / "d-3.tfrecord.gz"
     gz.write_bytes(gz.read_bytes()[:-40])  # a truncated gzip stream
     stats = LoaderStats()
-    with caplog.at_level(logging.WARNING, logger="tfrecord_io.engines.tfdata"):
+    with caplog.at_level(logging.WARNING, logger="tfrecord_io.engines.loader"):
         got = unbatch(make_dataset(str(tmp_path / "d-*"), schema=SCHEMA, batch_size=16, on_corrupt="skip",
                                    seed=2, stats=stats))
     ids = sorted(i for i, _ in got)

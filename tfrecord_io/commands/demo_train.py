@@ -81,7 +81,7 @@ def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
     The model sees every scalar float/int64 feature ``names`` (cast to float32, stacked, batch-
     normalized) through two Dense layers.  An int64 label is taken as a 0/1 class (binary
     cross-entropy), a float label as a regression target.  ``to_xy(features, label)`` turns a
-    :func:`~tfrecord_io.engines.tfdata.make_dataset` batch into the model's ``(x, y)``.
+    :func:`~tfrecord_io.engines.loader.make_dataset` batch into the model's ``(x, y)``.
     """
     import keras
     import tensorflow as tf
@@ -132,7 +132,7 @@ def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, 
     import tensorflow as tf
 
     from tfrecord_io.engines.keras_inputs import keras_inputs
-    from tfrecord_io.engines.tfdata import prefetch_to_gpu, resolve_source, steps_per_epoch
+    from tfrecord_io.engines.loader import prefetch_to_gpu, resolve_source, steps_per_epoch
 
     src = resolve_source(source)
     resolved = schema or src.schema

@@ -17,7 +17,7 @@ instead of ``features:``.
 
 This module is pure: it parses YAML text (:func:`tfrecord_io.storage.schema_io.load_schema`
 reads it from a path or URI) and derives the Arrow types the encoder takes; the loader's
-TensorFlow parse spec is :func:`tfrecord_io.engines.tfdata.parse_spec`.
+TensorFlow parse spec is :func:`tfrecord_io.engines.loader.parse_spec`.
 """
 
 from __future__ import annotations

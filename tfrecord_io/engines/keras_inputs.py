@@ -12,7 +12,7 @@
 What it builds, per feature of the schema (or of ``features=``; the label is left out):
 
 * a ``keras.Input`` named as the feature, with its dtype and shape (scalars ``()``, ``[k]``
-  features ``(k,)``), so that a dict batch of :func:`~tfrecord_io.engines.tfdata.make_dataset`
+  features ``(k,)``), so that a dict batch of :func:`~tfrecord_io.engines.loader.make_dataset`
   matches it by name;
 * numbers (``float``, ``int64``): ``Normalization`` with the mean and variance of the data;
   an ``int64`` feature with at most ``max_categories`` distinct values is a category instead
@@ -93,14 +93,14 @@ class KerasInputs:
         map to the same classes; one the training source never had maps to -1."""
         import tensorflow as tf
 
-        from tfrecord_io.engines.tfdata import make_dataset
+        from tfrecord_io.engines.loader import make_dataset
 
         ds = make_dataset(self.source if source is None else source, schema=self.schema,
                           features=list(self.features), **make_dataset_options)
         label = self.schema.feature(self.label) if self.label else None
         if label is None:
             return ds
-        from tfrecord_io.engines.tfdata_errors import LeadingErrorsDataset
+        from tfrecord_io.engines.loader.errors import LeadingErrorsDataset
 
         def keep(mapped):  # our errors lead, and BackupAndRestore(data=) steers it as it would ds
             out = LeadingErrorsDataset(mapped)
@@ -166,7 +166,7 @@ class _Sample:
     def __init__(self, source, schema: Schema, names: list[str], limit: int):
         import tensorflow as tf
 
-        from tfrecord_io.engines.tfdata import make_dataset
+        from tfrecord_io.engines.loader import make_dataset
 
         self.values: dict[str, list] = {n: [] for n in names}
         with_label = [n for n in names if n != schema.label]
@@ -212,7 +212,7 @@ def keras_inputs(source, *, schema: Schema | dict | str | None = None, features:
     """
     import keras
 
-    from tfrecord_io.engines.tfdata import resolve_source
+    from tfrecord_io.engines.loader import resolve_source
     from tfrecord_io.storage import sources
 
     src = resolve_source(source)

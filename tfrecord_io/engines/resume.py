@@ -1,10 +1,10 @@
-"""Resuming Keras training mid-epoch on :func:`~tfrecord_io.engines.tfdata.make_dataset` input.
+"""Resuming Keras training mid-epoch on :func:`~tfrecord_io.engines.loader.make_dataset` input.
 
 ``keras.callbacks.BackupAndRestore(save_freq=N)`` (Keras 3) saves the weights, the epoch and the
 batch reached every N batches, but an interrupted run restarts that epoch from its first batch:
 the batches trained before the save are trained on again, and the epoch's shuffle is not the
 one the first run had (a new process, a new iterator).  :class:`BackupAndRestore` is that
-callback plus the loader's side: told the dataset (or :func:`~tfrecord_io.engines.tfdata.input_fn`)
+callback plus the loader's side: told the dataset (or :func:`~tfrecord_io.engines.loader.input_fn`)
 that ``fit`` reads, it starts each epoch's iterator at that epoch -- its file order and shuffles
 are those of the epoch number, in any process -- and, after a restart, leaves out the batches the
 saved state has already trained on::
@@ -32,6 +32,10 @@ are kept.  A restart takes the newest state whose weights match their recorded s
 that does not is passed over with a warning, and with none usable training starts over with one
 warning line -- never a crash.  A state saved over other data (a shard added, rewritten or
 removed since) stops the restart with one line naming what changed.
+
+Under ``MultiWorkerMirroredStrategy`` (``data=`` an :func:`~tfrecord_io.engines.loader.input_fn`)
+the chief alone writes the backup; ``backup_dir`` must be a directory every worker sees (a shared
+filesystem), and after a restart every worker resumes from the chief's last save.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import warnings
 import google_crc32c
 import keras
 
-from tfrecord_io.engines.tfdata import LoaderResume
+from tfrecord_io.engines.loader import LoaderResume
 from tfrecord_io.storage import source_identity
 
 __all__ = ["BackupAndRestore"]
@@ -212,8 +216,20 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
 
     # -- saving -------------------------------------------------------------------------------
+    def _writes(self) -> bool:
+        """Whether this process writes the backup: always, but under a multi-worker strategy only
+        the chief (the ``chief`` task, else worker 0) -- every worker holds the same weights and the
+        same position, and all of them restore from the chief's saves (a directory they share)."""
+        resolver = getattr(self.model.distribute_strategy, "cluster_resolver", None)
+        cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+        if not cluster or resolver.task_type in (None, "chief"):
+            return True
+        return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in cluster
+
     def _save_model(self):
         """One save as one unit: a state directory written aside, flushed, renamed into place."""
+        if not self._writes():
+            return
         if self.save_freq == "epoch":  # at an epoch's end: the next one, from its start
             epoch, done = self._current_epoch, 0
         else:  # after batch _last_batch_seen of the epoch as Keras counts it (from the resumed batch on)

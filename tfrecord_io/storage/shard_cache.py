@@ -42,7 +42,7 @@ downloads start where it is, never at the pass's beginning.  Rules that keep thi
 
 The staging directory is removed by :meth:`ShardCache.close`, when the cache is garbage
 collected (the dataset that holds it is gone) or at interpreter exit.  The loader
-(:func:`tfrecord_io.engines.tfdata.tf_can_open`) reads a scheme that TensorFlow has a working
+(:func:`tfrecord_io.engines.loader.tf_can_open`) reads a scheme that TensorFlow has a working
 filesystem for directly, with no cache.  This module imports no TensorFlow.
 """
 

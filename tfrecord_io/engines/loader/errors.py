@@ -7,7 +7,7 @@ with TensorFlow's context -- ``{{function_node __wrapped__IteratorGetNext_output
 iterator: Iterator::Root::Prefetch::...`` -- then our line, then the Python traceback of the
 step.  Logs that keep the first few hundred characters keep only the noise.
 
-Iterating a dataset of :func:`~tfrecord_io.engines.tfdata.make_dataset` (``for batch in ds``,
+Iterating a dataset of :func:`~tfrecord_io.engines.loader.make_dataset` (``for batch in ds``,
 ``next(iter(ds))``) raises instead an error whose message *is* our line (the file, the byte
 offset, what failed) followed by what to do, with TensorFlow's error as its ``__cause__``.  Its
 class is both ours and TensorFlow's (``CorruptRecordError`` and ``tf.errors.InvalidArgumentError``,
@@ -30,7 +30,9 @@ from tensorflow.python.framework import ops
 from tfrecord_io.core.framing import CorruptRecordError
 from tfrecord_io.storage.fs import NameNodeUnreachableError
 
+
 __all__ = ["LeadingErrorsDataset", "leading_error"]
+
 
 #: The loader's exception classes, by the name TensorFlow's text gives them.
 _OURS = {cls.__name__: cls for cls in (
@@ -43,6 +45,7 @@ _RAISED = re.compile(r"^(?:\{\{function_node [^}]*\}\}\s*)?(?:Failed to restore 
                      r"(?P<name>[A-Za-z_]\w*): (?P<text>[^\n]*)")
 _CORRUPT = re.compile(r"^(?P<path>.*): corrupt TFRecord at byte offset (?P<offset>\d+): (?P<check>[^:]+): "
                       r"(?P<detail>.*)$")
+
 
 _ADVICE = {
     "CorruptRecordError": "`tfrecord-io verify {path}` lists every bad record; make_dataset(..., "

@@ -1,0 +1,260 @@
+"""The checks around TensorFlow's reader: the length check before each byte range
+(:class:`_RangeGuard`) and the end-of-segment check that names a corrupt file and offset
+(:class:`_SegmentChecker`).  No TensorFlow: plain functions of their arguments, called by the
+pipeline as ``numpy_function`` calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+
+import numpy as np
+
+from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, read_records
+from tfrecord_io.storage import fs
+from tfrecord_io.storage.index import RecordIndex
+from tfrecord_io.storage.shard_cache import ShardCache
+from tfrecord_io.storage.sources import SourceFile
+from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize, _local_path
+from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
+    MAX_RANGE_RECORDS, _LENGTH)
+from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
+
+log = logging.getLogger(__name__)
+
+
+class _RangeGuard:
+    """Where TensorFlow reads next in a segment, and how far: the length check (see the package doc).
+
+    Called (a numpy_function, pure: the same answer for the same arguments) before each byte
+    range of a segment: ``(path, file, offset, record, remaining, step, done)`` ->
+    ``(start, skip, n, next_offset, last)``: TensorFlow reads ``n`` records (-1: to the end) from
+    byte ``start`` after skipping ``skip`` records.  ``offset`` is -1 for a segment's first range
+    (found from ``record``), ``remaining`` the segment's records left (-1: to the end of the file);
+    once ``done`` (the segment has ended) the answer is: nothing.
+    Uncompressed files: every length in the range is checked against what remains of the file
+    (and the index's lengths) before TensorFlow allocates it.  Compressed files need no check
+    (TensorFlow's reader does not allocate a record's length up front there): one range.
+    Through the shard cache it also tells the cache the shard is still being read.
+    """
+
+    def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
+        self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
+
+    def __call__(self, path_b, i, offset, record, remaining, step, done=False):
+        if done:
+            return _answer(0, 0, 0, 0, True)
+        local = _local_path(path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b))
+        if self.cache is not None:
+            self.cache.touch(local)  # still being read: copied again if it was evicted
+        i, offset, record, remaining, step = int(i), int(offset), int(record), int(remaining), int(step)
+        f = self.table.files[i]
+        st = os.stat(local)
+        index = self.table.index(i, st.st_size)
+        if f.compression != "none":
+            if record == 0:
+                start, skip = 0, 0
+            elif index is not None:
+                start, skip = int(index.offsets[record]) if record < index.records else index.stream_bytes, 0
+            else:
+                start, skip = 0, record
+            return _answer(start, skip, remaining, -1, True)
+        want = min(FIRST_RANGE_RECORDS << (2 * step), MAX_RANGE_RECORDS)
+        if remaining >= 0:
+            want = min(want, remaining)
+        if index is not None:
+            return self._indexed(local, f, index, record, want, remaining, st.st_size)
+        return self._walk(local, f, offset, record, want, remaining, st, step)
+
+    def _bad(self, f: SourceFile, error: CorruptRecordError, start: int, n: int, size: int):
+        """Error mode: raise; skip mode: TensorFlow reads the ``n`` records before the bad one, then stops."""
+        if self.on_corrupt != "skip":
+            self.stats._file_done(0, CorruptFile(f.uri, error.offset, error.check, 0, str(error)), False)
+            raise error
+        return _answer(start, 0, n, size, True)
+
+    def _indexed(self, local: str, f: SourceFile, index: RecordIndex, record: int, want: int, remaining: int,
+                 size: int):
+        offsets, lengths = index.offsets, index.lengths
+        start = int(offsets[record]) if record < index.records else size
+        n = max(0, min(want, index.records - record))
+        if n:  # at most MAX_RANGE_BYTES, but at least one record
+            limit = start + MAX_RANGE_BYTES
+            n = max(1, min(n, int(np.searchsorted(offsets[record:record + n], limit, side="left"))))
+            fields = _length_fields(local, offsets[record:record + n])
+            differ = np.flatnonzero(fields != lengths[record:record + n])
+            if differ.size:
+                j = int(differ[0])
+                at = int(offsets[record + j])
+                left = size - at - RECORD_OVERHEAD
+                if int(fields[j]) > left:
+                    return self._bad(f, CorruptRecordError(
+                        f.uri, at, "truncated data", f"expected {int(fields[j])} data bytes, got {max(0, left + 4)} "
+                        f"before end of stream"), start, j, size)
+                raise ValueError(f"{f.uri}: the length field at byte offset {at} says {int(fields[j])}, its index "
+                                 f"{index.uri} {int(lengths[record + j])}: the index is not this file's")
+        end = record + n
+        nxt = int(offsets[end]) if end < index.records else size
+        return _answer(start, 0, n, nxt, end >= index.records or n == remaining)
+
+    def _walk(self, local: str, f: SourceFile, offset: int, record: int, want: int, remaining: int, st, step: int):
+        # A walk's answer depends on the file and the arguments only: remembered, later epochs walk nothing.
+        key = (f.uri, st.st_size, st.st_mtime_ns if local == _local_path(f.uri) else None, offset, record,
+               remaining, step)
+        known = self.table.walked(key)
+        if known is not None:
+            return known
+        size = st.st_size
+        with open(local, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            try:
+                if offset < 0:  # a segment's first range: find its first record
+                    pos, skipped, bad = _walk_headers(mm, size, 0, record, None)
+                    if bad is None and skipped < record:
+                        bad = (pos, f"the file ends after {skipped} records, before record {record}")
+                    if bad is not None:
+                        return self._bad(f, CorruptRecordError(f.uri, bad[0], "truncated data", bad[1]), pos, 0, size)
+                    offset = pos
+                end, n, bad = _walk_headers(mm, size, offset, want, offset + MAX_RANGE_BYTES)
+            finally:
+                if mm is not None:
+                    mm.close()
+        if bad is not None:
+            return self._bad(f, CorruptRecordError(f.uri, bad[0], "truncated data", bad[1]), offset, n, size)
+        answer = _answer(offset, 0, n, end, end >= size or n == remaining or size - end < RECORD_OVERHEAD)
+        self.table.remember_walk(key, answer)
+        return answer
+
+
+def _answer(start: int, skip: int, n: int, nxt: int, last: bool) -> tuple:
+    return (np.int64(start), np.int64(skip), np.int64(n), np.int64(nxt), np.bool_(last))
+
+
+def _length_fields(local: str, offsets: np.ndarray) -> np.ndarray:
+    """The 8-byte length fields of the records at ``offsets`` of a local file, as uint64."""
+    with open(local, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            fields = view[offsets[:, None] + np.arange(8)].copy()
+        finally:
+            del view
+    return fields.view("<u8").ravel()
+
+
+def _walk_headers(mm, size: int, pos: int, count: int, byte_limit: int | None):
+    """Walk up to ``count`` record headers from ``pos`` (stopping past ``byte_limit``): ``(end,
+    records, bad)``; ``bad`` is ``(offset, detail)`` for a length that runs past the end of the file.
+    A tail too short to be a record stops the walk (TensorFlow reports it without harm)."""
+    unpack = _LENGTH.unpack_from
+    n = 0
+    while n < count and size - pos >= RECORD_OVERHEAD:
+        (length,) = unpack(mm, pos)
+        if length > size - pos - RECORD_OVERHEAD:
+            return pos, n, (pos, f"expected {length} data bytes, got {max(0, size - pos - HEADER_SIZE)} before "
+                                 f"end of stream")
+        pos += length + RECORD_OVERHEAD
+        n += 1
+        if byte_limit is not None and pos >= byte_limit:
+            break
+    return pos, n, None
+
+
+_NOTHING = np.zeros([0], dtype=object)
+
+
+class _SegmentChecker:
+    """Called at each chunk of a segment; at its end (``ends``), when TensorFlow's reading of it
+    stops: did it read all of it?
+
+    TF reports ``n`` records of ``nbytes`` payload.  A whole file was read to its end iff the
+    framed stream they make (``nbytes + 16 n``) is the file (uncompressed: its size; gzip: its
+    ISIZE trailer) or ``n`` is the manifest's count; a part of a file iff ``n`` is its count.
+    When that does not settle it, our own framing reader reads the file to find the bad record
+    (file, offset, which check).  Releases the segment's shard in the cache either way.
+    """
+
+    def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
+        self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
+
+    def __call__(self, ends, path_b, index, first, count, whole, n, nbytes):
+        if not ends:
+            return _NOTHING
+        path = path_b.decode("utf-8")
+        f = self.table.files[int(index)]
+        first, count, whole, n, nbytes = int(first), int(count), bool(whole), int(n), int(nbytes)
+        try:
+            problem, error, recovered = self._check(path, f, first, count, whole, n, nbytes)
+        finally:
+            if self.cache is not None:
+                self.cache.release(path)  # the next shard can be fetched into its slot
+        skip = self.on_corrupt == "skip"
+        if problem is not None and not skip:
+            self.stats._file_done(n, problem, skip)
+            raise error
+        self.stats._file_done(n + len(recovered), problem, skip)
+        if problem is not None:
+            log.warning("on_corrupt='skip': %s; kept the %d records before it and skipped the rest of the file",
+                        problem.message, problem.records_kept)
+        return np.array(recovered, dtype=object) if recovered else _NOTHING
+
+    def _open(self, path: str):
+        if "://" in path and not path.startswith("file:"):
+            return fs.open(path, "rb")
+        return open(_local_path(path), "rb")
+
+    def _check(self, path: str, f: SourceFile, first: int, count: int, whole: bool, n: int,
+               nbytes: int) -> tuple[CorruptFile | None, Exception | None, list[bytes]]:
+        """``(problem, error, recovered)``: ``(None, None, [])`` when TF read the whole segment.
+
+        TF's stream ends at its first bad record and drops the chunk it was filling, so
+        ``recovered`` holds the intact records after the ``n`` TF delivered (fewer than
+        CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
+        """
+        if whole:
+            stream_bytes = nbytes + RECORD_OVERHEAD * n
+            with self._open(path) as fh:
+                if f.compression == "none":
+                    fh.seek(0, os.SEEK_END)
+                    complete = fh.tell() == stream_bytes
+                elif f.records is not None:
+                    complete = n == f.records
+                elif f.compression == "gzip":
+                    complete = _gzip_isize(fh) == stream_bytes % (1 << 32)
+                else:
+                    complete = False  # zlib has no size trailer: read it to know
+            if complete and (f.records is None or n == f.records):
+                return None, None, []
+        elif n == count:
+            return None, None, []
+        intact = 0
+        tail: list[bytes] = []
+        try:
+            with self._open(path) as fh:
+                for k, record in enumerate(read_records(fh, name=f.uri, compression=f.compression, verify=True)):
+                    if k < first:
+                        continue
+                    if not whole and k >= first + count:
+                        break
+                    if intact >= n and len(tail) < CHUNK_RECORDS:
+                        tail.append(record)
+                    intact += 1
+        except CorruptRecordError as e:
+            recovered = tail if intact - n == len(tail) else []
+            kept = n + len(recovered)
+            if intact != kept:
+                e = CorruptRecordError(e.path, e.offset, e.check,
+                                       f"{e.detail} (TensorFlow stopped after {n} records, {intact} read intact)")
+            return (CorruptFile(uri=f.uri, offset=e.offset, check=e.check, records_kept=kept, message=str(e)),
+                    e, recovered)
+        if whole and f.records is not None and intact != f.records:
+            message = f"{f.uri}: holds {intact} records, but _manifest.json says {f.records}"
+        elif not whole and intact != count:
+            message = f"{f.uri}: holds {first + intact} records, fewer than the {first + count} its count says"
+        elif intact != n:
+            message = f"{f.uri}: TensorFlow stopped reading after {n} records, but the file holds {intact} intact records"
+        else:
+            return None, None, []
+        return (CorruptFile(uri=f.uri, offset=None, check="record count", records_kept=n, message=message),
+                ValueError(message), [])

@@ -1,0 +1,319 @@
+"""The tf.data side of reading: byte ranges through ``TFRecordDatasetV2``, the interleave over a
+pipeline's segments, the window shuffle, the global shuffle's epochs, the declared length.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+
+from tfrecord_io.storage.shard_cache import ShardCache, scheme_of
+from tfrecord_io.storage.sources import Source
+from tfrecord_io.engines.loader.checks import _RangeGuard, _SegmentChecker
+from tfrecord_io.engines.loader.files import _FileTable, _local_path
+from tfrecord_io.engines.loader.offsets import _RecordReader, _Staged
+from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
+    GLOBAL_READ_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION, _usable_cpus)
+from tfrecord_io.engines.loader.plan import _EpochPlan, _Share
+from tfrecord_io.engines.loader.state import LoaderStats
+
+
+__all__ = ["tf_can_open"]
+
+log = logging.getLogger(__name__)
+
+
+_TF_SCHEMES: dict[str, bool] = {}
+
+
+def tf_can_open(uri: str) -> bool:
+    """True when TensorFlow's own filesystem layer can read ``uri`` (local paths always can).
+
+    Probes ``tf.io.gfile.exists(uri)`` once per scheme: TF 2.21 raises ``UnimplementedError`` for
+    ``hdfs://``; a TF built with HDFS support but without libhdfs raises another error.  Either
+    way TF cannot read the scheme and the caller streams through :class:`ShardCache` instead.
+    """
+    scheme = scheme_of(uri)
+    if scheme in ("", "file"):
+        return True
+    if scheme not in _TF_SCHEMES:
+        import tensorflow as tf
+
+        try:
+            tf.io.gfile.exists(uri)
+            _TF_SCHEMES[scheme] = True
+        except tf.errors.OpError as e:
+            log.info("TensorFlow cannot open %s:// (%s); streaming through a local shard cache",
+                     scheme, e.message.splitlines()[0] if e.message else type(e).__name__)
+            _TF_SCHEMES[scheme] = False
+    return _TF_SCHEMES[scheme]
+
+
+def _byte_range(path, compression, start, skip, n):
+    """The records of one byte range: ``n`` (-1: all) from byte ``start`` of ``path``, after ``skip``.
+
+    ``TFRecordDatasetV2``'s ``byte_offsets`` (what ``tf.data.TFRecordDataset`` does not expose):
+    TensorFlow seeks there (in a compressed file: by decompressing from the start) and reads,
+    checking both CRCs, as ``TFRecordDataset`` does.
+    """
+    import tensorflow as tf
+
+    variant = tf.raw_ops.TFRecordDatasetV2(filenames=tf.reshape(path, [1]), compression_type=compression,
+                                           buffer_size=tf.constant(_READ_BUFFER, tf.int64),
+                                           byte_offsets=tf.reshape(start, [1]))
+    records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
+    return records.skip(skip).take(n)
+
+
+class _Reader:
+    """The window-shuffle / in-order reading of one pipeline: segments -> checked chunks of records."""
+
+    def __init__(self, table: _FileTable, opts: LoaderOptions, stats: LoaderStats, share: _Share | None,
+                 pipeline_files: Sequence[int] | None):
+        import tensorflow as tf
+
+        files = table.files
+        n = len(files)
+        direct = all(tf_can_open(f.uri) for f in files)
+        cycle = opts.cycle_length
+        self.cache = None
+        if direct:
+            cycle = min(n, cycle or DEFAULT_CYCLE_LENGTH)
+        else:
+            if cycle is None:
+                cycle = DEFAULT_CACHED_CYCLE_LENGTH
+                if opts.cache_files is not None:
+                    cycle = max(1, min(cycle, opts.cache_files // _SHARDS_PER_CYCLE))
+            cycle = min(n, cycle)
+            self.cache = ShardCache(opts.cache_files or _SHARDS_PER_CYCLE * cycle, cache_dir=opts.cache_dir,
+                                    download_threads=opts.downloads)
+            stats.caches.append(self.cache.stats)
+        self.cycle = max(cycle, 1)
+        self.opts = opts
+        self.plan = _EpochPlan(table, share, opts.shuffle is True, self.cache, pipeline_files)
+        self.guard = _RangeGuard(table, opts.on_corrupt, stats, self.cache)
+        self.checker = _SegmentChecker(table, opts.on_corrupt, stats, self.cache)
+        self.paths = tf.constant([_local_path(f.uri) for f in files] or [""], tf.string)
+        self.comps = tf.constant([_TF_COMPRESSION[f.compression] for f in files] or [""], tf.string)
+
+    def epoch(self, key, epoch, token):
+        """The chunks of records (string vectors of up to CHUNK_RECORDS) of one epoch, in reading order."""
+        import tensorflow as tf
+
+        files, firsts, counts, wholes, pass_id = tf.numpy_function(
+            self.plan, [key, epoch, token], [tf.int64] * 5, stateful=True)
+        for t in (files, firsts, counts, wholes):
+            t.set_shape([None])
+        pass_id.set_shape([])
+        segments = tf.data.Dataset.from_tensor_slices(
+            (tf.range(tf.size(files, out_type=tf.int64)), files, firsts, counts, wholes))
+        if self.cache is not None:
+            # As the interleave takes each segment in (in order, before it opens it): its download
+            # starts, in reading order, however the interleave's workers then race to open them.
+            def want(pos, *rest):
+                wanted = tf.numpy_function(lambda p, k: (self.cache.want(int(p), int(k)), k)[1], [pass_id, pos],
+                                           tf.int64, stateful=True)
+                return (tf.reshape(wanted, []), *rest)
+
+            segments = segments.map(want)
+
+        if self.cache is not None:
+            def segment(pos, i, first, count, whole):
+                # Made as this element is first read, not when the interleave makes it (one at a
+                # time): the wait for a shard's download holds up this file only.
+                return tf.data.Dataset.from_tensors((pos, i, first, count, whole)).flat_map(
+                    lambda *args: self._segment(pass_id, *args))
+            parallel = self.cycle
+        else:
+            def segment(pos, i, first, count, whole):
+                return self._segment(pass_id, pos, i, first, count, whole)
+            parallel = tf.data.AUTOTUNE
+        return segments.interleave(segment, cycle_length=self.cycle, block_length=1, num_parallel_calls=parallel,
+                                   deterministic=self.opts.is_deterministic)
+
+    def _segment(self, pass_id, pos, i, first, count, whole):
+        """One segment's chunks of records: its byte ranges, each checked (the guard) just before
+        TensorFlow reads it, then the end-of-segment check.  Every tf.data function here is one
+        more to instantiate before the first record (5 to 20 ms each on 2 CPUs), so there are
+        few: a scan for the ranges (and a take_while to end them), a flat_map over them, a scan
+        for the check."""
+        import tensorflow as tf
+
+        if self.cache is not None:
+            path = tf.numpy_function(lambda p, k: self.cache.fetch(int(p), int(k)).encode("utf-8"),
+                                     [pass_id, pos], tf.string, stateful=True)
+            path.set_shape([])
+        else:
+            path = tf.gather(self.paths, i)
+        compression = tf.gather(self.comps, i)
+        remaining = tf.where(whole > 0, tf.constant(-1, tf.int64), count)
+        i64 = tf.int64
+
+        def next_range(state, _):
+            offset, record, left, step, done = state
+            # The guard answers "nothing" itself once the segment is done: a tf.cond here would be
+            # two more functions to instantiate.
+            out = tf.numpy_function(self.guard, [path, i, offset, record, left, step, done],
+                                    [i64, i64, i64, i64, tf.bool], stateful=False)
+            for t in out:
+                t.set_shape([])
+            start, skip, n, nxt, last = out
+            left2 = tf.where(left >= 0, left - tf.maximum(n, 0), left)
+            return (nxt, record + tf.maximum(n, 0), left2, step + 1, done | last), (start, skip, n, last, done)
+
+        ranges = (tf.data.Dataset.counter()
+                  .scan((tf.constant(-1, i64), first, remaining, tf.constant(0, i64), tf.constant(False)), next_range)
+                  .take_while(lambda start, skip, n, last, done: tf.logical_not(done)))
+        empty = tf.zeros([0], tf.string)
+        data_tag = tf.data.Dataset.from_tensors((tf.constant(0, i64), tf.constant(-1, i64), tf.constant(False))).repeat()
+
+        def read_range(start, skip, n, last, done):
+            # A read error (bad CRC, truncation) ends the range's stream, dropping the chunk it was
+            # filling; the end-of-segment check says which file, where and why.  ignore_errors after
+            # batch, not per record: one tf.data stage fewer per record.  Chunks are tagged
+            # (kind 0) by a zip, a marker (kind 1) with the range's records follows them.
+            chunks = _byte_range(path, compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
+            marker = tf.data.Dataset.from_tensors((empty, (tf.constant(1, i64), n, last)))
+            return tf.data.Dataset.zip((chunks, data_tag)).concatenate(marker)
+
+        def check(state, element):
+            got, nbytes, in_range, stopped = state
+            chunk, (kind, expected, last) = element
+            # Once the segment has ended early (a corrupt record), the rest of the file is dropped.
+            chunk = chunk[:tf.where(stopped, tf.constant(0, tf.int32), tf.size(chunk))]
+            size = tf.size(chunk, out_type=i64)
+            got, in_range = got + size, in_range + size
+            nbytes = nbytes + tf.reduce_sum(tf.cast(tf.strings.length(chunk), i64))
+            ends = tf.logical_not(stopped) & tf.equal(kind, 1) & (last | ((expected >= 0) & (in_range < expected)))
+            # Called for every chunk (a numpy_function: ~30 us per 1,024 records) rather than in a
+            # tf.cond: it checks at the segment's end only and otherwise returns nothing at once.
+            tail = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
+                                     stateful=True)
+            tail.set_shape([None])
+            in_range = tf.where(tf.equal(kind, 1), tf.constant(0, i64), in_range)
+            return (got, nbytes, in_range, stopped | ends), tf.concat([chunk, tail], 0)
+
+        zero = tf.constant(0, i64)
+        return ranges.flat_map(read_range).scan((zero, zero, zero, tf.constant(False)), check)
+
+
+def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
+    """Shuffle records in windows of ``shuffle_buffer``: each window is permuted uniformly.
+
+    Vectorized: one ``stateless_shuffle`` (a gather) per window instead of ``Dataset.shuffle``'s
+    per-record work, which would halve the loader's throughput.  Each window holds records read
+    consecutively from ``cycle_length`` interleaved files in shuffled file order, so a batch
+    samples ``shuffle_buffer`` records around it, as ``Dataset.shuffle(shuffle_buffer)`` does (without
+    its long tail).  Window w of an epoch is permuted with a seed of (key, epoch, w): the same
+    after a restore, different in each epoch.
+    """
+    import tensorflow as tf
+
+    base = tf.stack([key, epoch])
+
+    def permute(w, window):
+        return tf.random.experimental.stateless_shuffle(window, seed=tf.random.experimental.stateless_fold_in(base, w))
+
+    return chunks.rebatch(opts.shuffle_buffer).enumerate().map(
+        permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
+
+
+def _global_epoch(reader: _RecordReader, share: _Share, key, epoch, skip_records, opts: LoaderOptions):
+    """One epoch of ``shuffle="global"``: this pipeline's positions of the epoch's permutation, read."""
+    import tensorflow as tf
+
+    total = int(reader.starts[-1])
+    first, records = share.first, share.records
+    positions = tf.data.Dataset.range(first + skip_records, first + records).batch(GLOBAL_READ_RECORDS)
+    seed = tf.stack([key, epoch])
+
+    def read(pos):
+        ids = tf.random.experimental.index_shuffle(pos % total, seed=seed, max_index=tf.constant(total - 1, tf.int64))
+        out = tf.numpy_function(reader, [ids], tf.string, stateful=False)
+        out.set_shape([None])
+        return out
+
+    return positions.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _declare_length(ds, per_epoch: int | None, num_epochs: int | None):
+    """``ds`` with its length declared: ``per_epoch x num_epochs`` batches (infinite for num_epochs=None).
+
+    Keras takes an epoch's length from the dataset's cardinality, and without one from the first
+    epoch it sees end -- after a resume, the shortened resumed epoch, which then cuts every later
+    epoch short.  ``flat_map`` hides the count; ``assert_cardinality`` would restore it but fails an
+    iterator started mid-epoch (``LoaderResume.start_epoch(skip_batches=k)`` yields k fewer).  So
+    the count is declared without being asserted: ``ds`` followed by a dataset whose static
+    cardinality is infinite but that yields nothing (an empty ``filter``, repeated: tf.data's
+    ``repeat`` ends when a pass yields nothing) is infinite, and ``take`` makes it the count.  An
+    iterator still ends where its data ends.
+    """
+    if per_epoch is None:
+        return ds
+    import tensorflow as tf
+
+    nothing = tf.nest.map_structure(lambda spec: tf.zeros([d if d is not None else 0 for d in spec.shape],
+                                                          spec.dtype), ds.element_spec)
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(nothing).filter(lambda *_: False).repeat())
+    return ds if num_epochs is None else ds.take(per_epoch * num_epochs)
+
+
+def _window_pipeline(table: _FileTable, opts: LoaderOptions, stats: LoaderStats, share: _Share | None, batch: int,
+                     pipeline_files: Sequence[int] | None):
+    """``(key, epoch, skip, token) -> the epoch's batches`` (unparsed) for ``shuffle=True`` or False,
+    the tf.data options the pipeline needs and the shard cache it stages files in (None: none)."""
+    import tensorflow as tf
+
+    if not table.files:
+        return (lambda key, epoch, skip, token: tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string)),
+                None, None)
+    reader = _Reader(table, opts, stats, share, pipeline_files)
+    threads = None
+    if reader.cache is not None:
+        # Up to 3 x cycle workers may be waiting in fetch() at once: give them threads of their
+        # own, beyond one per CPU for the work (see the package doc).
+        threads = tf.data.Options()
+        threads.threading.private_threadpool_size = _usable_cpus() + _SHARDS_PER_CYCLE * reader.cycle
+
+    def epoch_batches(key, epoch, skip, token):
+        chunks = reader.epoch(key, epoch, token)
+        if opts.shuffle is True:
+            chunks = _shuffle_windows(chunks, key, epoch, opts)
+        return chunks.rebatch(batch, drop_remainder=opts.drop_remainder).skip(skip)
+
+    return epoch_batches, threads, reader.cache
+
+
+def _global_pipeline(table: _FileTable, src: Source, opts: LoaderOptions, stats: LoaderStats, share: _Share | None,
+                     batch: int):
+    """``(key, epoch, skip, token) -> the epoch's batches`` (unparsed) for ``shuffle="global"``, and
+    the local copies it reads (None: none)."""
+    import tensorflow as tf
+
+    compressed = [f.uri for f in table.files if f.compression != "none"]
+    if compressed:
+        raise ValueError(f"shuffle='global' reads records at their offsets, which a gzip or zlib stream does not "
+                         f"allow: {compressed[0]} is {table.files[0].compression}-compressed (use shuffle=True, "
+                         f"or write uncompressed shards)")
+    indexes = table.load_indexes()
+    lacking = [f.uri for f, ix in zip(table.files, indexes) if ix is None]
+    if lacking:
+        raise ValueError(f"shuffle='global' needs every file's record index; {len(lacking)} of {len(table.files)} "
+                         f"have none ({lacking[0]}, ...): a tfrecord-io output has them, `tfrecord-io index "
+                         f"SOURCE` writes them for other files")
+    staged = None
+    if not all(tf_can_open(f.uri) for f in table.files):
+        staged = _Staged(table.files, opts.cache_dir, opts.downloads)
+    reader = _RecordReader(table, indexes, staged, opts.on_corrupt, stats)
+    total = int(reader.starts[-1])
+    if share is None:
+        share = _Share(0, total, total)
+
+    def epoch_batches(key, epoch, skip, token):
+        if total == 0:
+            return tf.data.Dataset.from_tensor_slices(tf.zeros([0, 0], tf.string))
+        records = _global_epoch(reader, share, key, epoch, skip * batch, opts)
+        return records.rebatch(batch, drop_remainder=opts.drop_remainder)
+
+    return epoch_batches, staged
