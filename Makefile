@@ -1,6 +1,7 @@
 # tfrecord-io: every target does its own set-up on a fresh machine (Python 3.11, Java 17, Maven).
 #   make demo   set up, then convert the demo data and train on it (see README)
 #   make test   set up, then run the whole test suite (what CI runs)
+#   make check  the fast tier: the tests that need no JVM (Java, Maven, HDFS, Spark, Flink) and are not slow
 #   make bench  set up, then run every benchmark in benchmarks/ and print its ratio table
 #   make fuzz   the framing reader and schema loader fuzz targets, for much longer than the suite
 
@@ -9,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench fuzz hadoop flink clean
+.PHONY: setup demo test check bench fuzz hadoop flink clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +35,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The fast tier: tests marked for no JVM (tests/conftest.py puts a refusing `java` first on their PATH),
+# without the slow end-to-end runs (make test runs everything).
+check: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not spark and not hdfs and not yarn and not flink and not slow"
 
 # The fuzz targets of the suite (tests/test_fuzz.py), run much longer than `make test` does.
 fuzz: $(STAMP)

@@ -72,6 +72,7 @@ MARKERS = {
     "hdfs": ("hdfs",), "yarn": ("yarn", "hdfs", "spark"), "flink": ("flink",), "beam_spark": ("flink",),
     "secure_hdfs": ("hdfs",), "secure_ha_hdfs": ("hdfs",), "secure_yarn": ("yarn", "hdfs", "spark"),
     "faulty_hdfs": ("hdfs",), "lagging_hdfs": ("hdfs",),
+    "own_hdfs": ("hdfs",), "own_yarn": ("yarn", "hdfs"),  # a test that starts clusters of its own
     "installed": ("spark",), "slim": ("spark",),  # tests/test_installed.py: the wheel's commands start Spark
 }
 
@@ -95,3 +96,39 @@ def _spark_only_where_marked(request, monkeypatch):
     """Spark cannot start in a test that is not marked ``spark`` (module doc)."""
     if request.node.get_closest_marker("spark") is None:
         monkeypatch.setenv("SPARK_HOME", _NO_SPARK_HOME)
+
+
+#: A ``java`` that refuses, first on PATH in tests that are marked for no JVM: a test that starts a
+#: cluster without taking a fixture that marks it fails at once, naming this rule (its path).
+_NO_JAVA = REPO / "tests" / "this-test-is-not-marked-hdfs-yarn-flink-or-spark--take-own_hdfs-or-own_yarn"
+_JVM_MARKS = ("spark", "hdfs", "yarn", "flink")
+
+
+@pytest.fixture(autouse=True)
+def _jvm_only_where_marked(request, monkeypatch, tmp_path_factory):
+    """No JVM (HDFS, YARN, Flink, Spark) in a test that is not marked for one: the fast tier
+    (``make check``) needs no Java, and stays so."""
+    if any(request.node.get_closest_marker(m) for m in _JVM_MARKS):
+        return
+    shim = tmp_path_factory.getbasetemp() / _NO_JAVA.name
+    if not (shim / "java").exists():
+        shim.mkdir(exist_ok=True)
+        (shim / "java").write_text("#!/bin/sh\necho 'this test is not marked for a JVM: take the own_hdfs or own_yarn "
+                                   "fixture (tests/conftest.py)' >&2\nexit 1\n")
+        (shim / "java").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture
+def own_hdfs():
+    """For a test that starts an HDFS of its own (``hdfs_local.start`` or ``hdfs-local start``):
+    marks it ``hdfs`` (it needs Java and the Hadoop jars, which this fetches, failing with what to
+    install)."""
+    from tfrecord_io.clusters import hdfs_local
+
+    hdfs_local.fetch_jars()
+
+
+@pytest.fixture
+def own_yarn(own_hdfs):
+    """As :func:`own_hdfs`, for a test that starts a YARN of its own (marks it ``yarn`` and ``hdfs``)."""

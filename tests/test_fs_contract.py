@@ -432,8 +432,7 @@ def test_get_file_gives_up_on_a_datanode_that_stops_sending(hdfs, tmp_path, monk
     assert fs.get_file(uri, local) == len(data)
 
 
-def test_a_datanode_that_dies_mid_read_is_a_connection_error_naming_the_uri(tmp_path,
-                                                                           monkeypatch):
+def test_a_datanode_that_dies_mid_read_is_a_connection_error_naming_the_uri(tmp_path, monkeypatch, own_hdfs):
     """Its own cluster, killed (SIGKILL) after the reader has its block locations."""
     from tfrecord_io.clusters import hdfs_local
 

@@ -116,7 +116,7 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run
 
 
-def test_cli_start_status_stop(tmp_path):
+def test_cli_start_status_stop(tmp_path, own_hdfs):
     """One extra cluster, started by the CLI, must outlive the command and stop on request."""
     base = str(tmp_path / "cli-cluster")
     try:

@@ -238,7 +238,7 @@ def test_the_datanode_refuses_a_client_without_sasl(secure_hdfs, tmp_path):
     _wait_for_log(secure_hdfs.log_path, offset, "Failed to read expected SASL data transfer protection")
 
 
-def test_integrity_protection(tmp_path):
+def test_integrity_protection(tmp_path, own_hdfs):
     cluster = hdfs_local.start(tmp_path / "cluster", detach=False, kerberos=True,
                                data_protection="integrity")
     try:
@@ -373,7 +373,7 @@ def _exports(out: str) -> dict[str, str]:
     return dict(re.findall(r"^export (\w+)=(.*)$", out, re.MULTILINE))
 
 
-def test_cli_secure_ha_cluster(tmp_path):
+def test_cli_secure_ha_cluster(tmp_path, own_hdfs):
     """start --kerberos --ha --datanodes 3 (privacy), its printed exports used verbatim, status,
     stop-datanode while a client reads a replication-3 file, failover, stop."""
     base = str(tmp_path / "cli-cluster")

@@ -192,3 +192,53 @@ def test_parquet_and_orc_are_typed_by_their_own_schema(tmp_path):
             "ok": ("int64", None)}, fmt
         assert f["x"].default == 0.0 and schema.ignore_columns == ("when",), fmt
         assert "when: timestamp[" in text and "from the " + fmt + " file's own schema" in text
+
+
+@pytest.mark.parametrize("bom", [False, True], ids=["no-bom", "bom"])
+@pytest.mark.parametrize("quoted", [False, True], ids=["bare", "quoted"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("multiline", [False, True], ids=["lines", "multiline"])
+def test_one_header_reader_for_infer_schema_and_the_converter(tmp_path, bom, quoted, newline, multiline):
+    """R's write.csv(fileEncoding="UTF-8-BOM") and Excel: a byte-order mark, then quoted names.
+    infer-schema names the columns as the converter reads them, and its schema converts the file."""
+    from tfrecord_io.conversion import parsing
+    from helpers import convert
+
+    q = '"' if quoted else ""
+    header = ",".join(f"{q}{n}{q}" for n in ("season", "cnt", "note"))
+    body = newline.join(["1,10,a", '2,20,"b, c"', "3,30,d"])
+    data = tmp_path / "day.csv"
+    data.write_bytes((b"\xef\xbb\xbf" if bom else b"") + (header + newline + body + newline).encode())
+    cols = infer_columns(str(data), "csv", multiline=multiline)
+    assert [c.name for c in cols] == ["season", "cnt", "note"]
+    with open(data, "rb") as f:
+        names, _, _ = parsing.read_csv_header(f, CsvOptions(), str(data), multiline)
+    assert names == ["season", "cnt", "note"]
+    if not (bom and quoted):
+        return  # the names agree; the conversion runs for the case users met (R's and Excel's files)
+    (tmp_path / "s.yaml").write_text(infer_text(data, "csv"))
+    manifest = convert("beam", None, str(data), "csv", str(tmp_path / "s.yaml"), str(tmp_path / "out"),
+                       multiline=multiline)
+    assert manifest["totals"] == dict(manifest["totals"], records=3, rejected=0)
+
+
+def test_nulls_past_a_sample_are_seen_by_default_and_the_summary_names_what_the_loader_would_refuse(tmp_path):
+    """A column whose only nulls come after row 1,500: infer-schema reads the whole (small, local)
+    input and gives it a default; with --sample-rows 1000 it says it sampled, and the conversion's
+    summary line names the feature some records lack, with the count."""
+    from helpers import tfrecord_io_cli
+
+    data = tmp_path / "day.csv"
+    data.write_text("season,cnt\n" + "".join(f"{i % 4},{'' if i >= 1500 and i % 10 == 0 else i}\n"
+                                             for i in range(4361)))
+    whole = tfrecord_io_cli("infer-schema", "--input", str(data), "--format", "csv").stdout
+    assert "from all 4,361 csv rows" in whole
+    assert Schema.from_yaml(whole).feature("cnt").default == 0
+    sampled = tfrecord_io_cli("infer-schema", "--input", str(data), "--format", "csv", "--sample-rows", "1000").stdout
+    assert "from the first 1,000 csv rows (a sample" in sampled
+    assert Schema.from_yaml(sampled).feature("cnt").default is None
+    (tmp_path / "s.yaml").write_text(sampled)
+    run = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(data), "--format", "csv", "--schema",
+                          str(tmp_path / "s.yaml"), "--output", str(tmp_path / "out"))
+    last = run.stderr.strip().splitlines()[-1]
+    assert "0 of 4361 input rows rejected" in last and "make_dataset will refuse: 'cnt' (287)" in last, last

@@ -26,6 +26,9 @@ import tensorflow as tf
 from tfrecord_io.engines.loader import input_fn, make_dataset, steps_per_epoch
 from test_tfdata import write_output
 
+# Every test here trains or reads in child processes killed and restarted: tens of seconds each
+pytestmark = pytest.mark.slow
+
 CHILD = r'''
 import json, os, sys, warnings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

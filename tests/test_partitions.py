@@ -155,6 +155,48 @@ def test_spark_read_discovers_partition_columns_from_paths_as_spark_does(tfspark
     assert df.filter("cut = 'Fair/Poor' and day = 2").count() == 3
 
 
+@pytest.mark.parametrize("conditions, kept", [
+    ([("year", "=", 2021)], ["y21-ideal", "y21-good"]),
+    ([("year", "in", (2020, 2022))], ["y20-ideal"]),
+    ([("year", ">", 2020), ("cut", "=", "Good")], ["y21-good"]),
+    ([("year", "<=", 2020)], ["y20-ideal"]),
+    ([("year", "is_null", None)], ["null-good"]),
+    ([("year", "is_not_null", None), ("cut", ">=", "Ideal")], ["y20-ideal", "y21-ideal"]),
+    ([("cut", "=", "Fair")], []),
+    ([("price", "=", 3)], ["y20-ideal", "y21-ideal", "y21-good", "null-good"]),  # not a partition column
+    ([("year", "=", 2021.0)], ["y20-ideal", "y21-ideal", "y21-good"]),  # not comparable: kept but the null
+])
+def test_pruning_leaves_out_only_partitions_that_cannot_match(conditions, kept):
+    from tfrecord_io.storage.partitions import prune
+
+    files = [("y20-ideal", {"year": "2020", "cut": "Ideal"}), ("y21-ideal", {"year": "2021", "cut": "Ideal"}),
+             ("y21-good", {"year": "2021", "cut": "Good"}), ("null-good", {"year": None, "cut": "Good"})]
+    assert prune(files, conditions) == kept
+
+
+def test_where_on_a_partition_column_never_opens_the_other_partitions(tfspark, tmp_path):
+    """A partitioned output with a shard of cut=Fair/Poor truncated: where(cut = 'Good'), IN, range
+    and IS NULL queries read right, never opening it; a query that needs it fails naming it."""
+    out = str(tmp_path / "out")
+    diamonds(tfspark).write.format("tfrecord").option("partitionBy", "year,cut").mode("overwrite").save(out)
+    damaged = sorted(Path(out).glob("year=2020/cut=Fair%2FPoor/part-*"))[0]
+    damaged.write_bytes(damaged.read_bytes()[:-7])
+    df = tfspark.read.format("tfrecord").load(out)
+    want = {cut: sum(1 for i in range(200) if CUTS[i % 4] == cut) for cut in CUTS}
+    assert df.where("cut = 'Good'").count() == want["Good"]
+    assert df.where("cut in ('Good', 'Ideal') and year >= 2020").count() == want["Good"] + want["Ideal"]
+    assert df.where("year = 2021").count() == 100
+    assert df.where("year > 2020 and cut < 'H'").count() == want["Good"]
+    assert df.where("year is null").count() == 0
+    with pytest.raises(Exception, match=r"cut=Fair%2FPoor/part-"):
+        df.where("cut = 'Fair/Poor'").count()
+    # read_batches(partitions=) prunes the same way (make_dataset's selection)
+    got = sum(len(b["id"]) for b in tfrecord_io.read_batches(out, batch_size=64, partitions={"cut": ["Good", "Ideal"]}))
+    assert got == want["Good"] + want["Ideal"]
+    with pytest.raises(Exception, match=r"cut=Fair%2FPoor/part-"):
+        list(tfrecord_io.read_batches(out, batch_size=64, partitions={"cut": "Fair/Poor"}))
+
+
 # -- the Spark job ------------------------------------------------------------------------------
 def test_the_job_partitions_on_hdfs_and_beam_refuses_naming_the_spark_job(spark_cli, hdfs, tmp_path):
     base = hdfs.uri(f"/partitions/{tmp_path.name}")

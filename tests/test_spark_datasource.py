@@ -208,6 +208,25 @@ def test_reads_files_written_by_tensorflow_and_beam_inferring_the_schema(tfspark
         assert rows == [(i, f"n{i}", [i / 2, 1.0]) for i in range(30)], source
 
 
+def test_tfx_shards_with_empty_features_read_typed_by_the_first_value_anywhere(tfspark, tmp_path):
+    """ExampleGen's gz shards (no manifest): 'tip' is an empty Feature everywhere but in one record
+    deep in the last shard; spark.read types it bigint, and every row reads.  Mixed int64 and float
+    widen to double-free float; int64 against bytes fails before any task, naming both records."""
+    from test_read_batches import _tfx_like
+
+    shards = [[{"id": k * 3000 + i, "tip": None, "fare": float(i) if k else i} for i in range(3000)]
+              for k in range(3)]
+    shards[2][2500]["tip"] = 7
+    df = tfspark.read.format("tfrecord").load(str(_tfx_like(tmp_path / "tfx", shards)))
+    assert dict(df.dtypes) == {"id": "bigint", "tip": "array<bigint>", "fare": "float"}
+    rows = df.collect()
+    assert len(rows) == 9000 and [r["tip"] for r in rows if r["tip"]] == [[7]]
+    clash = _tfx_like(tmp_path / "clash", [[{"v": 1}], [{"v": "one"}]])
+    with pytest.raises(Exception, match=r"feature 'v' is int64_list in .*00000-of-00002\.gz \(record 0 at byte "
+                                        r"offset 0\) and bytes_list in .*00001-of-00002\.gz"):
+        tfspark.read.format("tfrecord").load(str(clash)).schema
+
+
 def test_a_corrupt_file_fails_naming_path_and_offset_or_is_skipped(tfspark, tmp_path):
     out = str(tmp_path / "out")
     tfspark.range(100).coalesce(1).write.format("tfrecord").mode("append").save(out)
@@ -391,6 +410,33 @@ def test_spark_tfrecords_reader_reads_our_block_parallel_gzip(submit, tmp_path):
     proc = submit([str(script), str(path.parent)], master="local[1]", extra=["--jars", str(PEER_JAR)])
     got = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("PEER "))[5:])
     assert got == {"n": n, "ids": int(ids.sum()), "chars": n * len("name-0000000-" * 3)}
+
+
+def test_with_spark_tfrecords_jar_loaded_ours_is_tfrecord_io_and_register_says_so(submit, tmp_path):
+    """spark-tfrecord's jar on the classpath owns format('tfrecord'): register() warns naming the
+    other name, and format('tfrecord_io') writes and reads ours (the peer reads what ours wrote)."""
+    if not PEER_JAR.is_file():
+        pytest.fail(f"spark-tfrecord's jar is not at {PEER_JAR} (../shared/peers/README.md says how it was built)")
+    script = tmp_path / "both.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys, warnings
+        from pyspark.sql import SparkSession
+        import tfrecord_io.spark
+        spark = SparkSession.builder.getOrCreate()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tfrecord_io.spark.register(spark)
+        out = sys.argv[1]
+        spark.range(50).selectExpr("id", "cast(id as string) as name").write.format("tfrecord_io") \
+            .mode("overwrite").save(out)
+        ours = spark.read.format("tfrecord_io").load(out).count()
+        peer = spark.read.format("tfrecord").option("recordType", "Example").load(out + "/part-*").count()
+        print("BOTH " + json.dumps({"warnings": [str(w.message) for w in caught], "ours": ours, "peer": peer}))
+    """))
+    proc = submit([str(script), str(tmp_path / "out")], master="local[1]", extra=["--jars", str(PEER_JAR)])
+    got = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("BOTH "))[5:])
+    assert got["ours"] == 50 and got["peer"] == 50
+    assert [w for w in got["warnings"] if "format('tfrecord_io')" in w], got["warnings"]
 
 
 def test_sequence_example_needs_a_feature_list_column(tfspark, tmp_path):

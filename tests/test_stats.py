@@ -273,6 +273,7 @@ def tensors_by_tag(logdir: Path) -> dict[str, tuple[str, np.ndarray]]:
     return out
 
 
+@pytest.mark.slow
 def test_stats_cli_tensorboard_and_report(source, tmp_path):
     base, parts = source
     logdir, report = tmp_path / "logs", tmp_path / "report.html"
@@ -416,6 +417,7 @@ def test_stats_errors(tmp_path, source):
         compute_stats(resolve_source(str(bad)))
 
 
+@pytest.mark.slow
 def test_stats_says_when_there_is_nothing_or_the_manifest_lies(tmp_path):
     from tfrecord_io.storage import output as out_contract
     from tfrecord_io.core.schema import Schema
@@ -478,6 +480,7 @@ def days_output(base: str, n: int, shift: float, carriers: list[str], seed: int,
     return cols
 
 
+@pytest.mark.slow
 def test_overview_and_one_bar_per_integer_value(tmp_path):
     base = str(tmp_path / "days")
     cols = days_output(base, 3000, 0.0, ["AA", "UA", "DL"], seed=1)
@@ -493,6 +496,7 @@ def test_overview_and_one_bar_per_integer_value(tmp_path):
     assert overview["day"][1:6] == ["int64_list", "0.0%", "31", "1", "31"]
 
 
+@pytest.mark.slow
 def test_compare_shows_drift_per_feature(tmp_path):
     a, b = str(tmp_path / "train"), str(tmp_path / "eval")
     days_output(a, 4000, 0.0, ["AA", "UA", "DL"], seed=1)

@@ -237,7 +237,7 @@ def test_yarn_options_are_checked_before_anything_starts(hdfs, tmp_path):
     assert not (tmp_path / "yarn").exists()
 
 
-def test_cli_start_yarn_status_stop(tmp_path):
+def test_cli_start_yarn_status_stop(tmp_path, own_yarn):
     """``tfrecord-io hdfs-local start --yarn``: HDFS and YARN outlive the command, the printed
     HADOOP_CONF_DIR holds all three site files, ``status`` shows both, ``stop`` stops both."""
     import socket
@@ -376,6 +376,7 @@ def slim_env(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_slim_env_has_the_converter_and_no_tensorflow(slim_env):
     with tarfile.open(slim_env) as tar:
         members = tar.getnames()

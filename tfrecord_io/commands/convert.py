@@ -56,7 +56,28 @@ def summary(manifest: dict) -> str:
     if "rows_in_records" in t:  # SequenceExamples: records hold groups of rows
         rows = f" from {t['rows_in_records']} input rows"
     return (f"tfrecord-io: wrote {t['records']} {manifest['record_type']} records{rows} in {files} files{where}; "
-            f"{t['rejected']} of {t['input_rows']} input rows rejected")
+            f"{t['rejected']} of {t['input_rows']} input rows rejected" + _missing_without_default(manifest))
+
+
+def _missing_without_default(manifest: dict) -> str:
+    """The features the loader would refuse: some records lack them and they have no default
+    (the manifest's ``present`` counts), named with their counts -- said now, not at training."""
+    from tfrecord_io.core.schema import Schema
+
+    present, records = manifest.get("present"), manifest["totals"].get("records")
+    if not isinstance(present, dict) or not records or manifest.get("record_type") != "example":
+        return ""
+    try:
+        schema = Schema.from_dict(manifest["schema"])
+    except Exception:  # noqa: BLE001 - a summary never fails a finished conversion
+        return ""
+    lacking = [(f.name, records - int(present[f.name])) for f in schema.features
+               if not f.is_varlen and f.default is None and f.name in present and int(present[f.name]) < records]
+    if not lacking:
+        return ""
+    named = ", ".join(f"{name!r} ({n:,})" for name, n in lacking)
+    return (f"; records lacking a feature with no default, which make_dataset will refuse: {named} (give each a "
+            f"default in the schema, or leave it out with features=[...])")
 
 
 def _files(manifest: dict) -> int:

@@ -24,12 +24,17 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tfrecord_io.commands import exits
+from tfrecord_io.conversion.parsing import read_csv_header
 from tfrecord_io.storage import inputs
 
 from tfrecord_io.core import values
 from tfrecord_io.core.schema import CsvOptions
 
 DEFAULT_SAMPLE_ROWS = 1000
+#: Without --sample-rows, local inputs up to this size are read whole (a null, or a value of another
+#: type, past a sample would otherwise surprise the conversion or training); larger ones and
+#: hdfs:// inputs are sampled (DEFAULT_SAMPLE_ROWS rows), and the schema's comment says so.
+WHOLE_INPUT_BYTES = 256 << 20
 NULL_TOKENS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "nan", "NaN")
 _INT_ONLY_NULLS = ("NaN", "nan")  # NaN is a float value; in a column of integers it means missing
 _DEFAULTS = {"int64": 0, "float": 0.0, "string": ""}
@@ -64,20 +69,41 @@ class _Column:
         return "int64" if "int64" in self.kinds else "string"
 
 
-def _rows_csv(uri: str, options: CsvOptions) -> Iterator[tuple[bool, list[str]]]:
-    """(is a header, cells) for each non-empty record of each input file."""
+class _Rest(io.RawIOBase):
+    """The bytes after a file's header: what the header reader read past it, then the file."""
+
+    def __init__(self, left: bytes, raw):
+        self.left, self.raw = left, raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self.left:
+            n = min(len(buf), len(self.left))
+            buf[:n], self.left = self.left[:n], self.left[n:]
+            return n
+        data = self.raw.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+
+def _rows_csv(uri: str, options: CsvOptions, multiline: bool = False) -> Iterator[tuple[bool, list[str]]]:
+    """(is a header, cells) for each non-empty record of each input file; headers read by the
+    converter's own header reader (parsing.read_csv_header: byte-order mark, quotes, CRLF)."""
     for f in inputs.list_inputs(uri):
         with inputs.open_input(f.path) as raw:
-            text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
-            reader = csv.reader(text, delimiter=options.delimiter, quotechar=options.quote)
-            first = True
-            for row in reader:
-                if first:
-                    first = False
-                    if row and row[0].startswith("\ufeff"):
-                        row[0] = row[0][1:]
-                    yield options.header, row
+            stream = raw
+            if options.header:
+                names, head, end = read_csv_header(raw, options, f.path, multiline)
+                if names is None:
                     continue
+                yield True, names
+                stream = io.BufferedReader(_Rest(head[end:], raw))
+            elif (first := raw.read(3)) != b"\xef\xbb\xbf":
+                stream = io.BufferedReader(_Rest(first, raw))
+            text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+            for row in csv.reader(text, delimiter=options.delimiter, quotechar=options.quote):
                 if row:
                     yield False, row
 
@@ -92,7 +118,7 @@ def infer_columns(uri: str, input_format: str, sample_rows: int = DEFAULT_SAMPLE
         names: list[str] | None = None
         cols: list[_Column] = []
         seen = 0
-        for is_header, row in _rows_csv(uri, csv_options):
+        for is_header, row in _rows_csv(uri, csv_options, multiline):
             if is_header:
                 if names is None:
                     names = row
@@ -215,10 +241,30 @@ def _json_objects(uri: str, multiline: bool) -> Iterator[tuple[str, str, object]
                     raise ValueError(f"{f.path}: line {number} is not JSON: {str(e)[:200]}") from e
 
 
+def sample_rows_for(uri: str, asked: int | None) -> int:
+    """The rows infer-schema reads: ``asked``, else every row of a local input up to
+    :data:`WHOLE_INPUT_BYTES`, else :data:`DEFAULT_SAMPLE_ROWS`."""
+    if asked is not None:
+        return asked
+    if "://" in uri and not uri.startswith("file:"):
+        return DEFAULT_SAMPLE_ROWS
+    return (1 << 62) if sum(f.size for f in inputs.list_inputs(uri)) <= WHOLE_INPUT_BYTES else DEFAULT_SAMPLE_ROWS
+
+
+def rows_read(columns: list[_Column]) -> int:
+    return max((c.nulls + c.non_null for c in columns if not c.declared), default=0)
+
+
 def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int) -> str:
     """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``)."""
-    source = f"the {input_format} file's own schema" if input_format in ("parquet", "orc") else \
-        f"up to {sample_rows} {input_format} rows"
+    read = rows_read(columns)
+    if input_format in ("parquet", "orc"):
+        source = f"the {input_format} file's own schema"
+    elif read < sample_rows:
+        source = f"all {read:,} {input_format} rows"
+    else:
+        source = (f"the first {read:,} {input_format} rows (a sample: a null or another type later is not seen; "
+                  f"--sample-rows N reads more)")
     lines = [f"# Inferred by tfrecord-io infer-schema from {source}: review it.", "record_type: example", "features:"]
     nested = [c for c in columns if (c.nested and input_format == "json") or c.unsupported]
     for c in columns:
@@ -262,8 +308,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", required=True, choices=("csv", "json", "parquet", "orc"), dest="input_format",
                         help="csv, json (JSON Lines: one object per line), or parquet / orc (typed by the file's "
                              "own schema)")
-    parser.add_argument("--sample-rows", type=int, default=DEFAULT_SAMPLE_ROWS,
-                        help=f"rows to look at (default {DEFAULT_SAMPLE_ROWS})")
+    parser.add_argument("--sample-rows", type=int, default=None,
+                        help=f"rows to look at (default: all of a local input up to {WHOLE_INPUT_BYTES >> 20} MiB, "
+                             f"else {DEFAULT_SAMPLE_ROWS})")
     parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default ',')")
     parser.add_argument("--no-header", action="store_true", help="CSV files have no header line")
     parser.add_argument("--multiline", action="store_true",
@@ -278,9 +325,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = CsvOptions(header=not args.no_header, delimiter=args.delimiter)
         tokens = NULL_TOKENS if args.null_values is None else tuple(args.null_values.split(","))
-        columns = infer_columns(args.input, args.input_format, args.sample_rows, options, tokens,
+        sample_rows = sample_rows_for(args.input, args.sample_rows)
+        columns = infer_columns(args.input, args.input_format, sample_rows, options, tokens,
                                 multiline=args.multiline)
     except (OSError, ValueError) as e:
         return exits.fail("infer-schema", str(e))
-    print(schema_yaml(columns, args.input_format, options, args.sample_rows), end="")
+    print(schema_yaml(columns, args.input_format, options, sample_rows), end="")
     return exits.OK

@@ -596,7 +596,16 @@ def first_record_end(data: bytes, quote: str, multiline: bool) -> int | None:
 
 def read_header(stream: BinaryIO, schema: Schema, source: str, multiline: bool) -> tuple[list[str] | None, bytes]:
     """Parse the header record: (column names, or None for a file without one; the bytes read)."""
-    opts = schema.csv
+    names, head, _ = read_csv_header(stream, schema.csv, source, multiline)
+    return names, head
+
+
+def read_csv_header(stream: BinaryIO, opts, source: str, multiline: bool) -> tuple[list[str] | None, bytes, int]:
+    """The one header reader (the converter's and ``infer-schema``'s): ``(column names, or None for
+    a file without one; the bytes read; where the header record ends in them)``.  A UTF-8
+    byte-order mark is dropped before the CSV rules apply, so a quoted first name
+    (``\\xEF\\xBB\\xBF"season"``, as R and Excel write it) is ``season``; ``opts``: the schema's
+    :class:`~tfrecord_io.core.schema.CsvOptions`."""
     head = b""
     while True:
         chunk = stream.read(64 * 1024)
@@ -606,15 +615,16 @@ def read_header(stream: BinaryIO, schema: Schema, source: str, multiline: bool) 
             break
         if len(head) > _MAX_HEADER_BYTES:
             raise ValueError(f"{source}: line 1: no end of the header record within {_MAX_HEADER_BYTES} bytes")
-    text_bytes = head[:end if end is not None else len(head)]
+    end = end if end is not None else len(head)
+    text_bytes = head[:end]
     if text_bytes.startswith(b"\xef\xbb\xbf"):
         text_bytes = text_bytes[3:]
     if not text_bytes.strip():
-        return None, head
+        return None, head, end
     text = text_bytes.decode("utf-8", "replace")
     names = next(csv.reader(io.StringIO(text, newline=""), delimiter=opts.delimiter, quotechar=opts.quote,
                             doublequote=True, strict=False))
-    return names, head
+    return names, head, end
 
 
 def _check_csv_schema(schema: Schema, source: str) -> None:

@@ -960,12 +960,28 @@ def _lists(counts: np.ndarray, values: pa.Array, valid: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, mask=pa.array(~valid))
 
 
+def _widened(values: Values) -> Values:
+    """``values`` with its ``int64_list`` slots read as ``float_list`` (a float feature's int64
+    values widen to float32, docs/wire-contract.md), every slot's values kept in slot order."""
+    is_float, is_int = values.kind == KIND_FLOAT, values.kind == KIND_INT64
+    starts = _exclusive_cumsum(np.where(is_float | is_int, values.counts, 0))
+    merged = np.empty(int(starts[-1]), dtype=values.floats.dtype)
+    for mask, source in ((is_float, values.floats), (is_int, values.ints.astype(np.float32))):
+        counts = values.counts[mask]
+        within = np.arange(int(counts.sum())) - np.repeat(_exclusive_cumsum(counts)[:-1], counts)
+        merged[np.repeat(starts[:-1][mask], counts) + within] = source
+    return Values(np.where(is_int, KIND_FLOAT, values.kind).astype(values.kind.dtype), values.counts, merged,
+                  values.ints[:0], values.data, bad=values.bad)
+
+
 def _column(f: Feature, values: Values, rows: np.ndarray, n: int, record_of_row: np.ndarray,
             fail: _Failures) -> pa.Array:
     """One feature's column over ``n`` rows, ``values`` holding the slots of ``rows`` (ascending;
     the other rows lack the feature): scalars are null unless their slot has one value, lists are
     null where there is no slot.  ``record_of_row`` names the record of a row in errors."""
     kind = _KIND_CODE[f.kind]
+    if kind == KIND_FLOAT and (values.kind == KIND_INT64).any():
+        values = _widened(values)
     of_kind = values.kind == kind
     if not f.is_list and len(rows) == n and of_kind.all() and (values.counts == 1).all():
         # every row holds one value (the usual scalar): the values are the column
@@ -1038,6 +1054,8 @@ def _py_value(f: Feature, feature: tuple | None, fail: _Failures, record: int, s
     if feature is None:
         return None
     kind, values = feature
+    if kind == "int64_list" and f.type == "float":  # widened (docs/wire-contract.md)
+        kind, values = "float_list", [float(np.float32(v)) for v in values]
     if kind is not None and kind != f.kind:
         fail.kind(record, f, _KIND_CODE[kind], step)
         return None

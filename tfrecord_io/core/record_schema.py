@@ -1,33 +1,47 @@
 """What decoded records hold, and the schema they imply: the one inference rule for every reader.
 
 ``tfrecord-io inspect`` shows :func:`describe_records` of a source without a manifest, and
-``spark.read.format("tfrecord")`` types the columns of files that others wrote (TensorFlow, Beam,
-spark-tfrecord) by :func:`schema_from_records`: both from the same description, so what ``inspect``
-guesses is what the data source reads.
+``spark.read.format("tfrecord")`` and ``read_batches`` type the columns of files that others wrote
+(TensorFlow, Beam, TFX, spark-tfrecord) by :func:`infer_schema`: both from the same rules.
 
 Per feature (and per feature list, per step):
 
-* the type is the kind seen most often: ``int64_list`` -> ``int64``, ``float_list`` -> ``float``,
-  ``bytes_list`` -> ``string``, or ``bytes`` when any value is not UTF-8;
+* the type is the kind of its values: ``int64_list`` -> ``int64``, ``float_list`` -> ``float``,
+  ``bytes_list`` -> ``string``, or ``bytes`` when any value is not UTF-8.  A ``Feature`` with no
+  kind set (an empty cell, as TFX's ExampleGen writes it) says nothing of the type: such a feature
+  is *unknown* until a record gives it a kind.  ``int64`` and ``float`` seen for one feature
+  widen to ``float``; any other pair of kinds is a conflict, an error naming both records (file,
+  record, byte offset) and how to give the schema instead;
 * the shape is scalar when every record that holds the feature has exactly one value, ``[k]``
   when every one has the same ``k`` values (``k`` > 1), and ``[-1]`` (a variable-length list)
   otherwise -- a feature missing from some records does not make it a list;
 * feature lists make SequenceExample records; their context's first feature (by name) is the
   schema's ``group_by`` (a SequenceExample schema needs one; nothing is grouped on reading).
+
+:func:`infer_schema` is the inference every reader of files without a manifest runs
+(``spark.read.format("tfrecord")``, ``read_batches``): it samples the first records of every
+file (``INFER_SAMPLE_RECORDS`` spread over the files, at least ``INFER_MIN_PER_FILE`` each), and
+while a feature is still unknown reads on, file by file, up to ``INFER_MAX_RECORDS`` in all; a
+feature unknown at that bound is read as a ``string`` list, and a note says so.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tfrecord_io.core.decode import DecodedRecord, decode_record
 from tfrecord_io.core.schema import Feature, Schema
 
-__all__ = ["describe_records", "schema_from_records"]
+__all__ = ["Inference", "describe_records", "infer_schema"]
 
 _TYPES = {"int64_list": "int64", "float_list": "float"}
+#: The records sampled from the starts of the files, spread over them, and the least from each file.
+INFER_SAMPLE_RECORDS = 10_000
+INFER_MIN_PER_FILE = 20
+#: The most records read in all while some feature still has no kind.
+INFER_MAX_RECORDS = 200_000
 
 
 @dataclass
@@ -39,6 +53,7 @@ class _Seen:
     min_steps: int | None = None
     max_steps: int | None = None
     utf8: bool = True
+    first: dict = field(default_factory=dict)  # kind -> (file, record, byte offset) first seen
 
     def values(self, n: int) -> None:
         self.min_values = n if self.min_values is None else min(self.min_values, n)
@@ -48,8 +63,10 @@ class _Seen:
         self.min_steps = n if self.min_steps is None else min(self.min_steps, n)
         self.max_steps = n if self.max_steps is None else max(self.max_steps, n)
 
-    def feature(self, kind: str | None, values: list) -> None:
+    def feature(self, kind: str | None, values: list, where: tuple | None = None) -> None:
         self.kinds[str(kind)] += 1
+        if where is not None and kind is not None:
+            self.first.setdefault(kind, where)
         self.values(len(values))
         if kind == "bytes_list" and self.utf8:
             try:
@@ -104,21 +121,101 @@ def describe_records(decoded: Sequence[DecodedRecord], *, sequence: bool | None 
     return out
 
 
-def schema_from_records(records: Iterable[bytes]) -> Schema:
-    """The schema that serialized records imply (module doc); ValueError when there are none to
-    infer from, or SequenceExamples without a context feature."""
-    described = describe_records([decode_record(r) for r in records])
-    if not described["records"]:
-        raise ValueError("no records to infer a schema from: pass option('schema', ...) or .schema(...)")
+class Inference:
+    """The schema records imply, built a record at a time (module doc): :meth:`add` each record
+    with where it is, :attr:`unknown` says which features have no kind yet, :meth:`schema` the result."""
 
-    def features(entries: list[dict]) -> tuple[Feature, ...]:
-        return tuple(Feature(name=e["name"], type=e["type"] or "string",
-                             shape=None if e["shape"] is None else tuple(e["shape"])) for e in entries)
+    def __init__(self) -> None:
+        self.feats: dict[str, _Seen] = {}
+        self.lists: dict[str, _Seen] = {}
+        self.records = 0
+        self.sequence = False
 
-    context = features(described["features"])
-    if described["record_type"] == "example":
-        return Schema(features=context)
-    if not context:
-        raise ValueError("SequenceExamples without context features: pass option('schema', ...)")
-    return Schema(record_type="sequence_example", context=context, sequence=features(described["feature_lists"]),
-                  group_by=context[0].name)
+    def add(self, data: bytes, uri: str, record: int, offset: int) -> None:
+        decoded = decode_record(data)
+        where = (uri, record, offset)
+        self.records += 1
+        self.sequence |= decoded.is_sequence
+        for name, (kind, values) in decoded.features.items():
+            seen = self.feats.setdefault(name, _Seen())
+            seen.present += 1
+            seen.feature(kind, values, where)
+        for name, steps in (decoded.feature_lists or {}).items():
+            seen = self.lists.setdefault(name, _Seen())
+            seen.present += 1
+            seen.steps(len(steps))
+            for kind, values in steps:
+                seen.feature(kind, values, where)
+
+    @property
+    def unknown(self) -> list[str]:
+        """Features (and feature lists) seen with no kind yet."""
+        return sorted(n for table in (self.feats, self.lists) for n, s in table.items() if not s.first)
+
+    def schema(self) -> tuple[Schema, list[str]]:
+        """``(schema, notes)``: notes name each feature typed without evidence.  ValueError for
+        no records, a conflict of kinds, or SequenceExamples without a context feature."""
+        if not self.records:
+            raise ValueError("no records to infer a schema from: pass option('schema', ...) or .schema(...)")
+        notes: list[str] = []
+
+        def typed(name: str, seen: _Seen) -> Feature:
+            kinds = set(seen.first)
+            if not kinds:
+                notes.append(f"feature {name!r} has no value in the {self.records:,} records read: read as a list "
+                             f"of strings (give the schema to type it)")
+                kind = "bytes_list"
+            elif kinds == {"int64_list", "float_list"}:
+                kind = "float_list"  # widened: int64 values read as float
+            elif len(kinds) > 1:
+                (k1, w1), (k2, w2) = sorted(seen.first.items(), key=lambda kv: kv[1])[:2]
+                raise ValueError(
+                    f"feature {name!r} is {k1} in {w1[0]} (record {w1[1]} at byte offset {w1[2]}) and {k2} in "
+                    f"{w2[0]} (record {w2[1]} at byte offset {w2[2]}): no one type reads both; give the schema "
+                    f"(spark.read.format('tfrecord').schema(...) or .option('schema', 'schema.yaml'); "
+                    f"read_batches(schema=...))")
+            else:
+                kind = next(iter(kinds))
+            ftype = _TYPES.get(kind, "string" if seen.utf8 else "bytes")
+            if seen.min_values is not None and seen.min_values == seen.max_values and seen.min_values >= 1:
+                shape = None if seen.min_values == 1 else (seen.min_values,)
+            else:
+                shape = (-1,)
+            return Feature(name=name, type=ftype, shape=shape)
+
+        context = tuple(typed(n, self.feats[n]) for n in sorted(self.feats))
+        if not self.sequence:
+            return Schema(features=context), notes
+        if not context:
+            raise ValueError("SequenceExamples without context features: pass option('schema', ...)")
+        sequence = tuple(typed(n, self.lists[n]) for n in sorted(self.lists))
+        return Schema(record_type="sequence_example", context=context, sequence=sequence,
+                      group_by=context[0].name), notes
+
+
+def infer_schema(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple[int, bytes]]], *,
+                 sample: int = INFER_SAMPLE_RECORDS, min_per_file: int = INFER_MIN_PER_FILE,
+                 max_records: int = INFER_MAX_RECORDS) -> tuple[Schema, list[str]]:
+    """The schema of files without one (module doc): ``records_of(uri)`` yields a file's
+    ``(offset, data)``; returns ``(schema, notes)``.  Reads no file further than it must."""
+    inference = Inference()
+    per_file = max(min_per_file, sample // max(1, len(uris)))
+    for uri in uris:  # the first records of every file
+        for k, (offset, data) in enumerate(records_of(uri)):
+            if k >= per_file:
+                break
+            inference.add(data, uri, k, offset)
+    for uri in uris:  # then on, while a feature has no kind
+        if not inference.unknown or inference.records >= max_records:
+            break
+        for k, (offset, data) in enumerate(records_of(uri)):
+            if k < per_file:
+                continue
+            if not inference.unknown or inference.records >= max_records:
+                break
+            inference.add(data, uri, k, offset)
+    schema, notes = inference.schema()
+    if inference.unknown and inference.records >= max_records:
+        notes.append(f"stopped at {max_records:,} records (the inference's bound) with {len(inference.unknown)} "
+                     f"feature(s) still without a value")
+    return schema, notes

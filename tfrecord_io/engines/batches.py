@@ -54,9 +54,9 @@ import pyarrow.compute as pc
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
 from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
 from tfrecord_io.engines.reader_options import check_common, check_feature_names
-from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
+from tfrecord_io.storage.partitions import select_partitions
 from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
 
 __all__ = ["BatchOptions", "Ragged", "read_batches"]
@@ -64,7 +64,6 @@ __all__ = ["BatchOptions", "Ragged", "read_batches"]
 log = logging.getLogger(__name__)
 
 DEFAULT_SHUFFLE_BUFFER = 10_000
-INFER_SAMPLE_RECORDS = 1000
 _CHUNK_RECORDS = 4096   # records decoded at once ...
 _CHUNK_BYTES = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
 _FORMATS = ("numpy", "arrow")
@@ -154,31 +153,28 @@ def read_batches(source: Any, *, batch_size: int, features: Sequence[str] | None
                  shard: tuple[int, int] | None = None, shuffle: bool = False, seed: int | None = None,
                  num_epochs: int | None = 1, drop_remainder: bool = False,
                  shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, format: str = "numpy", compression: str = "auto",
-                 on_corrupt: str = "error") -> Iterator:
+                 on_corrupt: str = "error", partitions: dict | None = None) -> Iterator:
     """Batches of a TFRecord source: dicts of numpy arrays, or RecordBatches (module doc).
 
     The source, its schema and the options are checked now (ValueError / FileNotFoundError);
-    reading starts at the first ``next()``.  See :class:`BatchOptions` for the arguments.
+    reading starts at the first ``next()``.  See :class:`BatchOptions` for the arguments;
+    ``partitions``: of a partitioned output, read only these, as ``make_dataset(partitions=)``
+    (``{"cut": "Ideal"}``, ``{"cut": ["Ideal", "Good"]}``): the other partitions' files are never opened.
     """
     options = BatchOptions(batch_size=batch_size, features=features, shard=shard, shuffle=shuffle, seed=seed,
                            num_epochs=num_epochs, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
                            format=format, compression=compression, on_corrupt=on_corrupt)
-    src = sources.resolve_source(source, compression=options.compression, committed=True,
-                                 schema=schema)
+    src = select_partitions(sources.resolve_source(source, compression=options.compression, committed=True,
+                                                   schema=schema), partitions)
     resolved = src.schema if src.schema is not None else _infer(src)
     chosen = _chosen(resolved, options.features)
     return _batches(src, resolved, chosen, options)
 
 
 def _infer(src: Source) -> Schema:
-    """The schema of a source without one, from its first records (the rule of ``spark.read``)."""
-    def records():
-        for f in src.files:
-            for _, data in iter_file_records(f):
-                yield data
-
+    """The schema of a source without one (the inference of ``spark.read`` too)."""
     try:
-        return schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+        return sources.infer_files_schema([(f.uri, f.compression) for f in src.files])
     except ValueError as e:
         raise ValueError(f"{src.uri}: {e} (read_batches(schema=...))") from e
 

@@ -7,8 +7,9 @@
 
 Reading gives one column per feature, typed by the output's ``_manifest.json``, an explicit
 ``schema`` option (YAML), or ``.schema(StructType)``; for files with neither (written by
-TensorFlow, Beam or spark-tfrecord) the schema is inferred from the first
-:data:`INFER_SAMPLE_RECORDS` records.  One partition per file (TFRecord files do not split),
+TensorFlow, Beam, TFX or spark-tfrecord) the schema is inferred on the driver before any task
+(:func:`tfrecord_io.core.record_schema.infer_schema`: the first records of every file, and on
+while a feature has no value kind yet; a conflict of kinds fails naming both records).  One partition per file (TFRecord files do not split),
 compression from the manifest or the file's extension, both CRCs checked: a corrupt file fails
 the job naming its path and byte offset (``option("onCorrupt", "skip")`` keeps the intact
 records before it).  SequenceExamples give their context columns and an array (of steps) column
@@ -61,6 +62,7 @@ import itertools
 import re
 import json
 import uuid
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -76,13 +78,13 @@ from tfrecord_io.conversion.options import COMPRESSIONS, check_fraction, default
 from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core import codec
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, check_compression_level
-from tfrecord_io.core.record_schema import schema_from_records
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
                                                column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, output
-from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes
+from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes, prune
 from tfrecord_io.storage.schema_io import load_schema
+from tfrecord_io.storage.sources import infer_files_schema
 
 __all__ = ["SPARK_TYPES", "TFRecordDataSource", "WriterOptions", "convert_dataframe", "register",
            "schema_from_spark", "spark_struct", "spark_type"]
@@ -90,9 +92,26 @@ __all__ = ["SPARK_TYPES", "TFRecordDataSource", "WriterOptions", "convert_datafr
 _CODECS = {"none": "none", "uncompressed": "none", "gzip": "gzip", "zlib": "zlib",
            "org.apache.hadoop.io.compress.gzipcodec": "gzip", "org.apache.hadoop.io.compress.defaultcodec": "zlib",
            "org.apache.hadoop.io.compress.deflatecodec": "zlib"}
+#: Spark's switch for Python data sources' filter pushdown (Spark 4.1+, off by default): while it is
+#: off, a source that takes filters fails at planning (DATA_SOURCE_PUSHDOWN_DISABLED).
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Register the ``tfrecord`` format with ``spark`` (once per session)."""
-    spark.dataSource.register(TFRecordDataSource)
+    """Register the ``tfrecord`` format with ``spark`` (once per session), with Python data sources'
+    filter pushdown on (Spark 4.1+): a ``where()`` on a partition column then opens only the files of
+    the partitions that can match (the filter is still applied by Spark after the scan)."""
+    spark.dataSource.register(AliasDataSource)
+    try:
+        spark.dataSource.register(TFRecordDataSource)
+    except Exception as e:  # noqa: BLE001 - Spark's AnalysisException, named by its error class
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
+        warnings.warn(f"a data source named 'tfrecord' is already loaded in this session (spark-tfrecord's jar on "
+                      f"the classpath?): format('tfrecord') is that one; tfrecord-io's is "
+                      f"format('{AliasDataSource.name()}')", stacklevel=2)
+    if tuple(int(p) for p in re.findall(r"\d+", spark.version)[:2]) >= (4, 1):
+        spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
 
 
 @dataclass
@@ -287,20 +306,13 @@ class TFRecordDataSource(DataSource):
                 for name, vs in values.items()]
 
     def _infer(self, files) -> Schema:
-        """The schema of files without a manifest, from a bounded sample of their first records
-        (read once per data source: ``schema()`` and ``reader()`` both need it)."""
-        from tfrecord_io.core.framing import read_records
-
+        """The schema of files without a manifest (:func:`tfrecord_io.storage.sources.infer_files_schema`:
+        the first records of every file, and on while a feature has no kind), inferred once per data
+        source (``schema()`` and ``reader()`` both need it), here on the driver, before any task."""
         cached = getattr(self, "_inferred", None)
         if cached is not None and cached[0] == files:
             return cached[1]
-
-        def records():
-            for uri, comp in files:
-                with fs.open(uri, "rb") as f:
-                    yield from read_records(f, name=uri, compression=comp)
-
-        inferred = schema_from_records(itertools.islice(records(), INFER_SAMPLE_RECORDS))
+        inferred = infer_files_schema(list(files))
         self._inferred = (files, inferred)
         return inferred
 
@@ -331,7 +343,8 @@ class TFRecordDataSource(DataSource):
         cols = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
         from_paths = {name: {uri: v.get(name) for uri, v in self._partition_values.items()}
                       for name in path_columns if name in {f.name for f in schema.fields}}
-        return _Reader(files, tf_schema, cols, on_corrupt, path_values=from_paths)
+        return _Reader(files, tf_schema, cols, on_corrupt, path_values=from_paths,
+                       file_partitions=dict(self._partition_values))
 
     def writer(self, schema, overwrite: bool) -> _Writer:
         w = WriterOptions.parse(self._options())
@@ -466,7 +479,6 @@ def _flag(opts: dict, key: str, name: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Reading: spark.read.format("tfrecord").load(path)
 # ---------------------------------------------------------------------------------------------
-INFER_SAMPLE_RECORDS = 1000
 
 
 def spark_type(f: Feature, steps: bool = False) -> str:
@@ -520,6 +532,27 @@ class _Reader(DataSourceReader):
     batch_records: int = 8192
     batch_bytes: int = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
 
+    file_partitions: dict = field(default_factory=dict)  # file -> its partition values from its path
+
+    def pushFilters(self, filters):  # noqa: N802 - Spark's name
+        """Partition pruning: the files of partitions that no row of can match the filters on
+        partition columns (=, IN, <, <=, >, >=, IS [NOT] NULL, and AND of them) are left out, never
+        opened.  Every filter is still handed back for Spark to apply to the rows."""
+        from pyspark.sql import datasource as ds
+
+        ops = {ds.EqualTo: "=", ds.In: "in", ds.LessThan: "<", ds.LessThanOrEqual: "<=", ds.GreaterThan: ">",
+               ds.GreaterThanOrEqual: ">=", ds.IsNull: "is_null", ds.IsNotNull: "is_not_null"}
+        columns = {name for values in self.file_partitions.values() for name in values}
+        conditions = []
+        for f in filters:
+            op = ops.get(type(f))
+            if op is not None and len(f.attribute) == 1 and f.attribute[0] in columns:
+                conditions.append((f.attribute[0], op, getattr(f, "value", None)))
+        if conditions:
+            kept = set(prune(((uri, self.file_partitions.get(uri, {})) for uri, _ in self.files), conditions))
+            self.files = [(uri, comp) for uri, comp in self.files if uri in kept]
+        return list(filters)
+
     def partitions(self):
         return [_File(uri, comp) for uri, comp in self.files]  # one per file: TFRecords do not split
 
@@ -559,6 +592,15 @@ class _Reader(DataSourceReader):
                                                                 pa.string())
             columns.append(col if col.type == typ else col.cast(typ))
         return pa.RecordBatch.from_arrays(columns, names=[n for n, _ in self.columns])
+
+
+class AliasDataSource(TFRecordDataSource):
+    """The same source as ``format("tfrecord_io")``: the name to use where another ``tfrecord``
+    source (spark-tfrecord's jar) is loaded too."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tfrecord_io"
 
 
 class JobDataSource(TFRecordDataSource):

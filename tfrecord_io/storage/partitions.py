@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-__all__ = ["DEFAULT_PARTITION", "PARTITION_ARROW_TYPES", "check_partition_columns", "escape", "partition_codes", "select_partitions",
-           "partition_dir", "parse_partition_path", "unescape"]
+__all__ = ["DEFAULT_PARTITION", "PARTITION_ARROW_TYPES", "check_partition_columns", "escape", "partition_codes",
+           "partition_dir", "parse_partition_path", "prune", "select_partitions", "unescape"]
+
+#: The comparisons :func:`prune` decides from a partition directory's value.
+PRUNE_OPS = ("=", "in", "<", "<=", ">", ">=", "is_null", "is_not_null")
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # What Hive (and Spark) escape in a partition value: control characters and these.
@@ -146,3 +149,60 @@ def select_partitions(source, wanted: dict | None):
         shown = "; ".join(f"{k}: {', '.join(sorted(str(v) for v in vs))}" for k, vs in sorted(found.items()))
         raise ValueError(f"{source.uri}: no partition matches {wanted!r} (it has {shown})")
     return dataclasses.replace(source, files=tuple(kept))
+
+
+def _as_path_text(literal: Any) -> str | None:
+    """A filter's literal as a directory would spell it (Spark's spelling), or None: not comparable."""
+    import datetime
+
+    if isinstance(literal, bool):
+        return "true" if literal else "false"
+    if isinstance(literal, (int, str)):
+        return str(literal)
+    if isinstance(literal, datetime.date) and not isinstance(literal, datetime.datetime):
+        return literal.isoformat()
+    return None
+
+
+def _may_hold(value: str | None, op: str, literal: Any) -> bool:
+    """Whether a partition whose directory says ``value`` may hold rows where ``column op literal``
+    (True whenever it cannot tell: pruning only ever leaves out what cannot match)."""
+    if op == "is_null":
+        return value is None
+    if op == "is_not_null":
+        return value is not None
+    if value is None:  # a comparison with null is never true
+        return False
+    literals = list(literal) if op == "in" else [literal]
+    texts = [_as_path_text(v) for v in literals]
+    if op in ("=", "in"):
+        if any(t is None for t in texts):
+            return True
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in literals):
+            try:
+                return int(value) in {int(v) for v in literals}
+            except ValueError:
+                return True
+        return value in texts
+    (lit,) = literals
+    if isinstance(lit, int) and not isinstance(lit, bool):
+        try:
+            left, right = int(value), lit
+        except ValueError:
+            return True
+    elif isinstance(lit, str) or texts[0] is not None and not isinstance(lit, bool):
+        left, right = value, texts[0]
+    else:
+        return True
+    return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
+
+
+def prune(files: Iterable[tuple[str, dict[str, str | None]]], conditions: Sequence[tuple[str, str, Any]]) -> list[str]:
+    """The files (``(uri, its partition values)``, :func:`parse_partition_path`) whose partition may
+    hold rows meeting every condition ``(column, op, literal)`` (``op`` one of :data:`PRUNE_OPS`;
+    ``in`` takes a collection).  A condition on a column a file's path does not name keeps it."""
+    kept = []
+    for uri, values in files:
+        if all(column not in values or _may_hold(values[column], op, literal) for column, op, literal in conditions):
+            kept.append(uri)
+    return kept

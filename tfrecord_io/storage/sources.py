@@ -25,20 +25,24 @@ are ``extra_entries``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
+from tfrecord_io.core.record_schema import infer_schema
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.inputs import hidden, is_glob
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, read_manifest
 from tfrecord_io.storage.schema_io import load_schema
 
-__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "iter_file_records", "resolve_source",
-           "sniff_compression"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "infer_files_schema", "iter_file_records",
+           "resolve_source", "sniff_compression"]
 
 
 @dataclass(frozen=True)
@@ -382,3 +386,18 @@ def iter_file_records(file: SourceFile, *, verify: bool = True, report=None) -> 
     with fs.open(file.uri, "rb") as f:
         yield from iter_records(_CountingReader(f, report), name=file.uri, compression=file.compression,
                                 verify=verify)
+
+
+def infer_files_schema(files: Sequence[tuple[str, str]]) -> Schema:
+    """The schema of ``(uri, compression)`` files without a manifest: the one inference of every
+    reader (:func:`tfrecord_io.core.record_schema.infer_schema`); its notes are logged as warnings."""
+    compressions = dict(files)
+
+    def records_of(uri: str):
+        with fs.open(uri, "rb") as f:
+            yield from iter_records(f, name=uri, compression=compressions[uri])
+
+    schema, notes = infer_schema([uri for uri, _ in files], records_of)
+    for note in notes:
+        log.warning("inferring the schema of %s: %s", files[0][0] if len(files) == 1 else f"{len(files)} files", note)
+    return schema
