@@ -559,6 +559,9 @@ class _Reader(DataSourceReader):
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
         from tfrecord_io.core.framing import CorruptRecordError, read_records, until_corrupt
 
+        if not isinstance(partition, _File):  # no file left (every one pruned): Spark's one empty partition
+            return
+
         broken: list[CorruptRecordError] = []
 
         with fs.open(partition.uri, "rb") as f:
