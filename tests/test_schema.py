@@ -118,3 +118,15 @@ def test_group_by_is_needed_only_to_group_rows(tmp_path):
     opts = ConversionOptions(inputs=("in.csv",), input_format="csv", schema=str(path), output=str(tmp_path / "out"))
     with pytest.raises(SchemaError, match="needs 'group_by' to convert csv rows"):
         opts.load_schema()
+
+
+def test_load_schema_is_public_and_schema_load_a_deprecated_alias(tmp_path):
+    import tfrecord_io
+    from tfrecord_io.core.schema import Schema
+
+    path = tmp_path / "s.yaml"
+    path.write_text("features:\n  - {name: id, type: int64}\nlabel: id\ntask: regression\n")
+    loaded = tfrecord_io.load_schema(str(path))
+    assert loaded.label == "id" and loaded.task == "regression"
+    with pytest.warns(DeprecationWarning, match="use tfrecord_io.load_schema"):
+        assert Schema.load(path) == loaded

@@ -28,7 +28,7 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.core.framing import CorruptRecordError
-from tfrecord_io.engines.loader import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderStats, input_fn, make_dataset, steps_per_epoch
+from tfrecord_io.engines.loader import AUTOTUNE_MIN_CPUS, CHUNK_RECORDS, LoaderOptions, LoaderStats, input_fn, make_dataset, steps_per_epoch
 from tfrecord_io.storage.index import build_index
 from tfrecord_io.storage.schema_io import load_schema
 from helpers import TF_COMPRESSION
@@ -231,10 +231,10 @@ def test_source_errors(tmp_path):
         make_dataset(path, schema=SCHEMA, batch_size=2, on_corrupt="ignore")
     with pytest.raises(ValueError, match="batch_size"):
         make_dataset(path, schema=SCHEMA, batch_size=0)
-    with pytest.raises(ValueError, match="cache_files=8 is too small for cycle_length=3"):
-        make_dataset(path, schema=SCHEMA, batch_size=2, cycle_length=3, cache_files=8)
-    with pytest.raises(ValueError, match="cache_files must be at least 3"):
-        make_dataset(path, schema=SCHEMA, batch_size=2, cache_files=2)
+    with pytest.warns(UserWarning, match=r"cache_files=8 is below its least, 9: .*cycle_length=3\); using cache_files=9"):
+        assert LoaderOptions(batch_size=2, cycle_length=3, cache_files=8).cache_files == 9
+    with pytest.warns(UserWarning, match="cache_files=1 is below its least, 3"):
+        assert sum(1 for _ in make_dataset(path, schema=SCHEMA, batch_size=2, cache_files=1)) > 0  # (worked before)
     seq = load_schema(str(Path(__file__).resolve().parent.parent / "conf" / "sessions.yaml"))
     out = str(tmp_path / "out")
     write_output(out, [(0, 5)])

@@ -15,6 +15,7 @@ _EXPORTS = {
     "Schema": "tfrecord_io.core.schema",
     "Feature": "tfrecord_io.core.schema",
     "SchemaError": "tfrecord_io.core.schema",
+    "load_schema": "tfrecord_io.storage.schema_io",
     "encode_examples": "tfrecord_io.core.codec",
     "encode_sequence_examples": "tfrecord_io.core.codec",
     "TFRecordWriter": "tfrecord_io.core.framing",

@@ -247,7 +247,8 @@ def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
 
 @dataclass(frozen=True)
 class Schema:
-    """A validated schema.  Build with :meth:`load`, :meth:`from_yaml` or :meth:`from_dict`.
+    """A validated schema.  Build with :func:`tfrecord_io.load_schema` (a path or an ``hdfs://``
+    URI), :meth:`from_yaml` or :meth:`from_dict`.
 
     For ``example`` records, ``features`` are the record's features in input column order.
     For ``sequence_example`` records, ``context`` holds one value per group and ``sequence``
@@ -374,6 +375,23 @@ class Schema:
         if "sequence" in d:
             kwargs["sequence"] = _features_from(d["sequence"], "sequence")
         return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path) -> "Schema":
+        """Deprecated: :func:`tfrecord_io.load_schema` (which also reads ``hdfs://``).  The schema
+        in a local YAML file."""
+        import os
+        import warnings
+
+        warnings.warn("Schema.load(path) is deprecated: use tfrecord_io.load_schema(path_or_uri)", DeprecationWarning,
+                      stacklevel=2)
+        where = os.fspath(path)
+        with open(where, "rb") as f:
+            data = f.read(MAX_SCHEMA_BYTES + 1)
+        try:
+            return cls.from_yaml(data.decode("utf-8"), source=where)
+        except UnicodeDecodeError as e:
+            raise SchemaError(f"{where}: not UTF-8 text ({e})") from e
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<string>") -> "Schema":

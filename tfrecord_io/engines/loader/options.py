@@ -9,6 +9,7 @@ import difflib
 import inspect
 import os
 import struct
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,15 +145,13 @@ class LoaderOptions:
         ptd = self.prefetch_to_device
         if not (ptd in ("auto", True, False) or (isinstance(ptd, str) and ptd)):
             raise ValueError(f"prefetch_to_device must be 'auto', True, False or a device name, got {ptd!r}")
-        if self.cache_files is not None and self.cache_files < _SHARDS_PER_CYCLE:
-            raise ValueError(f"cache_files must be at least {_SHARDS_PER_CYCLE} (one shard read, two opened "
-                             f"ahead by the interleave), got {self.cache_files}")
-        if self.cycle_length is not None and self.cache_files is not None \
-                and self.cache_files < _SHARDS_PER_CYCLE * self.cycle_length:
-            raise ValueError(
-                f"cache_files={self.cache_files} is too small for cycle_length={self.cycle_length}: each "
-                f"shard being read stays on disk until read and the interleave opens two more ahead of it, "
-                f"so cache_files must be at least {_SHARDS_PER_CYCLE * self.cycle_length}")
+        least = _SHARDS_PER_CYCLE * (self.cycle_length or 1)
+        if self.cache_files is not None and self.cache_files < least:
+            warnings.warn(
+                f"cache_files={self.cache_files} is below its least, {least}: each shard being read stays on disk "
+                f"until read and the interleave opens two more ahead of it (per file read at once, cycle_length="
+                f"{self.cycle_length or 1}); using cache_files={least}", stacklevel=4)
+            object.__setattr__(self, "cache_files", least)
 
     @classmethod
     def from_options(cls, caller: str, others: set[str] = frozenset(), **options) -> "LoaderOptions":
