@@ -184,6 +184,17 @@ def test_read_back_what_was_written_typed_by_the_manifest(tfspark, tmp_path):
          for r in want]
 
 
+def test_option_features_reads_and_decodes_only_those_columns(tfspark, tmp_path):
+    out = str(tmp_path / "out")
+    df = _frame(tfspark)
+    df.write.format("tfrecord").mode("append").save(out)
+    back = tfspark.read.format("tfrecord").option("features", "city, id").load(out)
+    assert back.columns == ["city", "id"]
+    assert sorted((r["id"], r["city"]) for r in back.collect()) == sorted((r["id"], r["city"]) for r in df.collect())
+    with pytest.raises(Exception, match="no feature named 'cty' in the schema; did you mean 'city'"):
+        tfspark.read.format("tfrecord").option("features", "cty").load(out).schema
+
+
 def test_reads_files_written_by_tensorflow_and_beam_inferring_the_schema(tfspark, tmp_path):
     import apache_beam as beam
 

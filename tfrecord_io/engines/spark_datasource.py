@@ -64,6 +64,7 @@ import json
 import uuid
 import warnings
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -79,6 +80,7 @@ from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core import codec
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, check_compression_level
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
+from tfrecord_io.engines.reader_options import check_feature_names
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
                                                column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, output
@@ -316,9 +318,28 @@ class TFRecordDataSource(DataSource):
         self._inferred = (files, inferred)
         return inferred
 
+    def _only(self, schema: Schema, opts: dict) -> Schema:
+        """``option("features", "a,b")``: the columns read, in that order; the others are never
+        decoded (Spark gives Python data sources no column pruning of its own)."""
+        if "features" not in opts:
+            return schema
+        names = [n.strip() for n in str(opts["features"]).split(",") if n.strip()]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"option features must name distinct features, comma-separated, got {opts['features']!r}")
+        check_feature_names(schema, names)
+        if schema.record_type != "example":
+            raise ValueError("option features selects the features of Example records; select the columns of "
+                             "SequenceExamples with .select(...)")
+        by_name = {f.name: f for f in schema.features}
+        keep_label = schema.label in names
+        return dataclasses.replace(schema, features=tuple(by_name[n] for n in names), ignore_columns=(),
+                                   label=schema.label if keep_label else None,
+                                   task=schema.task if keep_label else None,
+                                   classes=schema.classes if keep_label else None)
+
     def schema(self):
-        files, schema, _ = self._source()
-        schema = schema if schema is not None else self._infer(files)
+        files, schema, opts = self._source()
+        schema = self._only(schema if schema is not None else self._infer(files), opts)
         extra = ", ".join(f"`{n.replace('`', '``')}` {t}" for n, t in self._path_columns(schema))
         return spark_struct(schema) + (", " + extra if extra else "")
 
@@ -331,6 +352,7 @@ class TFRecordDataSource(DataSource):
                 tf_schema = self._infer(files)
             except ValueError:  # no records to infer from: the user's .schema(StructType)
                 tf_schema = schema_from_spark(schema)
+        tf_schema = self._only(tf_schema, opts)
         path_columns = dict(self._path_columns(tf_schema))
         known = {f.name for f in tf_schema.input_features} | set(path_columns)
         unknown = [f.name for f in schema.fields if f.name not in known]
