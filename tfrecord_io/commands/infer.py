@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tfrecord_io.commands import exits
-from tfrecord_io.conversion.parsing import read_csv_header
+from tfrecord_io.conversion.parsing import Prepended, read_csv_header
 from tfrecord_io.storage import inputs
 
 from tfrecord_io.core import values
@@ -69,25 +69,6 @@ class _Column:
         return "int64" if "int64" in self.kinds else "string"
 
 
-class _Rest(io.RawIOBase):
-    """The bytes after a file's header: what the header reader read past it, then the file."""
-
-    def __init__(self, left: bytes, raw):
-        self.left, self.raw = left, raw
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        if self.left:
-            n = min(len(buf), len(self.left))
-            buf[:n], self.left = self.left[:n], self.left[n:]
-            return n
-        data = self.raw.read(len(buf))
-        buf[:len(data)] = data
-        return len(data)
-
-
 def _rows_csv(uri: str, options: CsvOptions, multiline: bool = False) -> Iterator[tuple[bool, list[str]]]:
     """(is a header, cells) for each non-empty record of each input file; headers read by the
     converter's own header reader (parsing.read_csv_header: byte-order mark, quotes, CRLF)."""
@@ -99,9 +80,9 @@ def _rows_csv(uri: str, options: CsvOptions, multiline: bool = False) -> Iterato
                 if names is None:
                     continue
                 yield True, names
-                stream = io.BufferedReader(_Rest(head[end:], raw))
+                stream = io.BufferedReader(Prepended(head[end:], raw))
             elif (first := raw.read(3)) != b"\xef\xbb\xbf":
-                stream = io.BufferedReader(_Rest(first, raw))
+                stream = io.BufferedReader(Prepended(first, raw))
             text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
             for row in csv.reader(text, delimiter=options.delimiter, quotechar=options.quote):
                 if row:

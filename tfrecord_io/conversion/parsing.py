@@ -84,7 +84,7 @@ from tfrecord_io.core.values import show as _show
 from tfrecord_io.core.schema import Feature, Schema
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "FORMATS", "ParsedBatch", "first_record_end", "input_schema", "make_reject",
+    "DEFAULT_BLOCK_SIZE", "FORMATS", "ParsedBatch", "Prepended", "first_record_end", "input_schema", "make_reject",
     "read_batches", "read_csv_batches", "read_json_batches", "row_rejects", "row_schema",
 ]
 
@@ -549,7 +549,7 @@ class _LineFilter(io.RawIOBase):
         return out
 
 
-class _Prepended(io.RawIOBase):
+class Prepended(io.RawIOBase):
     """A stream that first returns ``head`` and then the rest of ``stream``."""
 
     def __init__(self, head: bytes, stream: BinaryIO):
@@ -723,7 +723,7 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     try:
         # pyarrow takes each read as a block: a short one (1 byte, say) made it drop the blocks after
         # it, or fail as "straddling".  A BufferedReader returns full reads until the end.
-        reader = pcsv.open_csv(io.BufferedReader(_Prepended(head, src), block_size), read_options=read_options,
+        reader = pcsv.open_csv(io.BufferedReader(Prepended(head, src), block_size), read_options=read_options,
                                parse_options=parse_options, convert_options=convert_options)
     except pa.ArrowInvalid as e:
         raise fail(e) from e

@@ -83,11 +83,15 @@ class _Seen:
         out["values"] = [self.min_values, self.max_values]
         main = next((k for k in kinds if k != "None"), None)
         out["type"] = None if main is None else _TYPES.get(main, "string" if self.utf8 else "bytes")
-        if self.min_values is not None and self.min_values == self.max_values and self.min_values >= 1:
-            out["shape"] = None if self.min_values == 1 else [self.min_values]
-        else:
-            out["shape"] = [-1]
+        shape = self.shape()
+        out["shape"] = None if shape is None else list(shape)
         return out
+
+    def shape(self) -> tuple[int, ...] | None:
+        """Scalar (None) when every holder has one value, ``(k,)`` when each has k > 1, else ``(-1,)``."""
+        if self.min_values is not None and self.min_values == self.max_values and self.min_values >= 1:
+            return None if self.min_values == 1 else (self.min_values,)
+        return (-1,)
 
 
 def describe_records(decoded: Sequence[DecodedRecord], *, sequence: bool | None = None) -> dict:
@@ -98,22 +102,11 @@ def describe_records(decoded: Sequence[DecodedRecord], *, sequence: bool | None 
     ([min, max] values per record, or per step), its ``type`` (None when no record set a kind)
     and ``shape`` (``None`` = scalar; module doc).  Feature lists also have ``steps`` ([min, max]).
     """
-    if sequence is None:
-        sequence = any(r.is_sequence for r in decoded)
-    feats: dict[str, _Seen] = {}
-    lists: dict[str, _Seen] = {}
+    seen = Inference()
     for r in decoded:
-        for name, (kind, values) in r.features.items():
-            s = feats.setdefault(name, _Seen())
-            s.present += 1
-            s.feature(kind, values)
-        for name, steps in (r.feature_lists or {}).items():
-            s = lists.setdefault(name, _Seen())
-            s.present += 1
-            s.steps(len(steps))
-            for kind, values in steps:
-                s.feature(kind, values)
-    n = len(decoded)
+        seen.add_decoded(r)
+    sequence = seen.sequence if sequence is None else sequence
+    n, feats, lists = seen.records, seen.feats, seen.lists
     out = {"record_type": "sequence_example" if sequence else "example", "records": n,
            "features": [feats[k].describe(k, n, False) for k in sorted(feats)]}
     if sequence:
@@ -132,8 +125,10 @@ class Inference:
         self.sequence = False
 
     def add(self, data: bytes, uri: str, record: int, offset: int) -> None:
-        decoded = decode_record(data)
-        where = (uri, record, offset)
+        self.add_decoded(decode_record(data), (uri, record, offset))
+
+    def add_decoded(self, decoded: DecodedRecord, where: tuple | None = None) -> None:
+        """One decoded record; ``where`` (file, record, byte offset) names it in a conflict."""
         self.records += 1
         self.sequence |= decoded.is_sequence
         for name, (kind, values) in decoded.features.items():
@@ -176,12 +171,7 @@ class Inference:
                     f"read_batches(schema=...))")
             else:
                 kind = next(iter(kinds))
-            ftype = _TYPES.get(kind, "string" if seen.utf8 else "bytes")
-            if seen.min_values is not None and seen.min_values == seen.max_values and seen.min_values >= 1:
-                shape = None if seen.min_values == 1 else (seen.min_values,)
-            else:
-                shape = (-1,)
-            return Feature(name=name, type=ftype, shape=shape)
+            return Feature(name=name, type=_TYPES.get(kind, "string" if seen.utf8 else "bytes"), shape=seen.shape())
 
         context = tuple(typed(n, self.feats[n]) for n in sorted(self.feats))
         if not self.sequence:

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from tfrecord_io.storage.sources import Source
 
-__all__ = ["changes", "describe_changes", "identity", "identity_json"]
+__all__ = ["as_text", "changes", "describe_changes", "identity"]
 
 #: File names a change description lists before "and N more".
 _SHOWN = 3
@@ -33,9 +33,9 @@ def identity(src: Source) -> dict[str, Any]:
             "files": [[f.name, f.bytes, f.records] for f in src.files]}
 
 
-def identity_json(src: Source) -> str:
-    """:func:`identity` as canonical JSON text (equal data, equal text)."""
-    return json.dumps(identity(src), sort_keys=True, separators=(",", ":"))
+def as_text(ident: Mapping[str, Any]) -> str:
+    """An identity as canonical JSON text (equal data, equal text)."""
+    return json.dumps(ident, sort_keys=True, separators=(",", ":"))
 
 
 def _names(names: list[str]) -> str:

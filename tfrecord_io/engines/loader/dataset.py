@@ -122,7 +122,8 @@ def make_dataset(source, *, batch_size: int, schema=None, input_context=None, st
         _target_device(opts.prefetch_to_device, input_context, ds.element_spec)  # rejects True / a device
     from tfrecord_io.engines.loader.errors import LeadingErrorsDataset
 
-    ds = LeadingErrorsDataset(ds, length=getattr(ds, "_length", None))  # our errors lead; the length kept
+    if not isinstance(ds, LeadingErrorsDataset):  # (prefetch_to_gpu wraps what it copies to the GPU itself)
+        ds = LeadingErrorsDataset(ds)  # its iterators raise the loader's errors with our line first
     ds.loader_stats = stats
     ds.loader_resume = resume
     if staged is not None:

@@ -142,7 +142,7 @@ class _SameData:
     identity it was saved with (a numpy_function: 0, or ValueError naming what changed)."""
 
     def __init__(self, identity: dict, uri: str):
-        self.text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        self.text = source_identity.as_text(identity)
         self.identity, self.uri = identity, uri
 
     def __call__(self, saved) -> np.int64:
