@@ -12,6 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -528,7 +529,8 @@ def test_verify_sequence_examples_against_manifest(tmp_path):
             tf_sequence_example(2, [3], [[2.5]], None)]  # dwell step 0 has 1 value, shape [2]
     write_tf(path, msgs)
     manifest = json.loads((Path(base) / "_manifest.json").read_text())
-    manifest["files"][0].update(records=2, bytes=path.stat().st_size)
+    manifest["files"][0].update(records=2, bytes=path.stat().st_size,
+                                crc32c=f"{google_crc32c.value(path.read_bytes()):08x}")
     manifest["totals"].update(input_rows=2, records=2)
     manifest["index"]["lengths"][path.name] = encode_lengths([len(m.SerializeToString()) for m in msgs])
     (Path(base) / "_manifest.json").write_text(json.dumps(manifest))

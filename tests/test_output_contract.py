@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+import google_crc32c
 import pytest
 
 from helpers import convert
@@ -41,9 +42,11 @@ def assert_like_golden(got: dict, want: dict, *, engine: str, out: Path) -> None
             assert ISO_UTC.fullmatch(got[key]), got[key]
         elif key == "files":
             assert [f["path"] for f in got[key]] == [f["path"] for f in value]
-            assert all(list(f) == ["path", "records", "bytes"] for f in got[key])
+            assert all(list(f) == ["path", "records", "bytes", "crc32c"] for f in got[key])
             assert sum(f["records"] for f in got[key]) == got["totals"]["records"]
             assert all(f["bytes"] == (out / f["path"]).stat().st_size for f in got[key])
+            # the content checksum is the CRC-32C of the file's bytes, as any crc32c tool computes it
+            assert all(f["crc32c"] == f"{google_crc32c.value((out / f['path']).read_bytes()):08x}" for f in got[key])
         elif key == "index":  # which record lands in which shard is the engine's; the lengths are the records'
             assert got[key]["version"] == value["version"] and list(got[key]["lengths"]) == list(value["lengths"])
             lengths = {name: decode_lengths(text, name) for name, text in got[key]["lengths"].items()}

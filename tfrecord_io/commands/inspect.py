@@ -31,7 +31,7 @@ from tfrecord_io.commands import exits
 from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.core.decode import RecordDecodeError, decode_record, record_to_json
 from tfrecord_io.core.record_schema import describe_records
-from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
+from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records, shard_mismatch
 
 __all__ = ["configure", "inspect_source", "render_text", "run"]
 
@@ -70,6 +70,10 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
              for f in source.files]
     out: dict[str, Any] = {"source": source.uri}
     if source.manifest is not None:
+        for f in source.files:  # (the counts shown are the manifest's: a file of another size is not its)
+            problem = shard_mismatch(f, nbytes=f.size)
+            if problem is not None:
+                raise ValueError(f"{problem} (`tfrecord-io verify {source.uri}` checks every file)") from problem
         raw = source.manifest.raw
         totals = raw.get("totals", {})
         out["manifest"] = {"engine": raw.get("engine"), "created": raw.get("created"),

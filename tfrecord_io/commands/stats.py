@@ -816,6 +816,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tfrecord_io.commands.report import check_logdir, render_report, write_summaries
+    from tfrecord_io.storage.sources import ShardMismatchError
 
     compare_to = getattr(args, "compare", None)
     try:
@@ -838,6 +839,8 @@ def run(args: argparse.Namespace) -> int:
             html = render_report(info)
             with fs.open(args.report, "wb") as f:
                 f.write(html.encode("utf-8"))
+    except ShardMismatchError as e:  # a problem found, as verify reports it
+        return exits.fail("stats", f"{e}; run `tfrecord-io verify {args.source}`", exits.PROBLEMS)
     except (OSError, ValueError, TypeError) as e:
         return exits.fail("stats", str(e), exits.USAGE)  # the source cannot be read
     if other is not None:
@@ -862,13 +865,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_counts(records: int, source) -> int:
-    """0, or 3 (problems found) when the manifest's count is not what the files hold; a warning
-    when there is nothing to describe."""
-    listed = [f.records for f in source.files]
-    if source.manifest is not None and None not in listed and sum(listed) != records:
-        return exits.fail("stats", f"{source.uri}: _manifest.json says {sum(listed)} records, the files hold "
-                                   f"{records}: the statistics describe the files; run `tfrecord-io verify "
-                                   f"{source.uri}`", exits.PROBLEMS)
+    """0, with a warning when there is nothing to describe.  (A file that does not hold what its
+    manifest says failed the reading already: :func:`~tfrecord_io.storage.sources.iter_file_records`.)"""
     if records == 0:
         exits.error("stats", f"{source.uri} holds no records ({len(source.files)} file(s)): there is nothing to "
                              f"describe", kind="warning")

@@ -10,7 +10,7 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
   ``tfrecord-io index``): each one is intact and is its file's -- size, compression, and every
   record's length against a second, streamed walk of the file's headers;
 * the manifest (directories written by our converters): every listed file exists and has
-  the listed size and record count, the totals add up (``records`` is the sum over files;
+  the listed size, record count and content checksum (CRC-32C of its bytes), the totals add up (``records`` is the sum over files;
   ``input_rows`` = converted rows + ``rejected``), the listed rejects files hold the listed
   number of lines, ``_SUCCESS`` is there, and no record file or ``_temporary`` is beside
   the manifest that it does not list;
@@ -48,10 +48,11 @@ import numpy as np
 from tfrecord_io.storage import fs
 from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
+from tfrecord_io.core.checksum import format_crc
 from tfrecord_io.core.framing import CorruptRecordError
 from tfrecord_io.commands import exits
 from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
-from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
+from tfrecord_io.storage.sources import ShardReader, Source, SourceFile
 from tfrecord_io.storage.output import MANIFEST, SUCCESS, TEMPORARY
 
 __all__ = ["Problem", "VerifyResult", "check_record", "verify_source", "configure", "run"]
@@ -86,6 +87,7 @@ class FileCheck:
 
     records: int = 0
     framing_ok: bool = True
+    crc32c: int | None = None  # of the file's bytes (None: not read to its end)
     problems: list[Problem] = field(default_factory=list)  # the first _KEPT_PER_FILE
     problem_count: int = 0
     by_check: Counter = field(default_factory=Counter)
@@ -205,8 +207,9 @@ def _verify_file(file: SourceFile, schema, report) -> FileCheck:
     chunk: list[bytes] = []
     offsets: list[int] = []
     size = 0
+    reader = ShardReader(file, verify=True, report=report)
     try:
-        for offset, data in iter_file_records(file, verify=True, report=report):
+        for offset, data in reader.records():
             out.records += 1
             if schema is None:
                 continue
@@ -222,6 +225,7 @@ def _verify_file(file: SourceFile, schema, report) -> FileCheck:
         out.add(Problem("framing", f"{e.check}: {e.detail}", file.name, e.offset), f"framing: {e.check}")
         return out
     _check_chunk(out, file, schema, chunk, offsets)
+    out.crc32c = reader.crc32c
     return out
 
 
@@ -461,6 +465,11 @@ def verify_source(source: Source, *, workers: int | None = None, progress: bool 
         if f.records is not None and fc.framing_ok and fc.records != f.records:
             add(Problem("manifest", f"the manifest says {f.records} records, the file has {fc.records}",
                         f.name), "record count differs from the manifest")
+        elif (f.crc32c is not None and fc.crc32c is not None and fc.crc32c != f.crc32c
+              and (f.bytes is None or f.size == f.bytes)):
+            add(Problem("manifest", f"the manifest says CRC-32C {format_crc(f.crc32c)}, the file's bytes have "
+                        f"{format_crc(fc.crc32c)} (replaced or altered since it was written)", f.name),
+                "content checksum differs from the manifest")
     for p in _manifest_problems(source):
         add(p, p.message if p.file != MANIFEST else "totals")
     for p in _index_problems(source, present, workers, progress):

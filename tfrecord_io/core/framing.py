@@ -56,6 +56,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrecord_io.core import checksum
+
 __all__ = [
     "DEFAULT_COMPRESSION_LEVEL",
     "CorruptRecordError",
@@ -514,7 +516,9 @@ class TFRecordWriter:
     and closes the file only if the writer opened it.
 
     ``records_written`` counts records; ``bytes_written`` counts bytes handed
-    to the file, i.e. the compressed size when compressing.
+    to the file, i.e. the compressed size when compressing; ``crc32c`` is the
+    CRC-32C of those bytes (:mod:`tfrecord_io.core.checksum`: the content
+    checksum a manifest keeps per shard).
 
     ``index``: an object with ``add(lengths)``, handed the data length of every
     record written (a numpy int64 array per framed chunk, in file order) -- what
@@ -537,6 +541,7 @@ class TFRecordWriter:
             self._owns_file = False
         self.records_written = 0
         self.bytes_written = 0
+        self.crc32c = 0
         self._z = self._pz = None
         if self.compression == "gzip" and compression_threads > 1:
             from tfrecord_io.core.gzip_blocks import ParallelGzip
@@ -559,6 +564,7 @@ class TFRecordWriter:
             view = view[n:]
             n = self._file.write(view)
         self.bytes_written += memoryview(data).nbytes
+        self.crc32c = checksum.extend(self.crc32c, data)
 
     def _emit(self, data: Any) -> None:
         if self._pz is not None:

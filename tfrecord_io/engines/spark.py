@@ -148,7 +148,7 @@ REASON = _PREFIX + "reason"      # why the row is a reject (None: converted)
 _REJECT_COLUMNS = (SOURCE, START, LINE, RAW, REASON)
 
 REPORT_DDL = ("kind string, partition bigint, attempt string, temp_path string, final_name string, "
-              "records bigint, bytes bigint, input_rows bigint, job_records bigint, rejected bigint, "
+              "records bigint, bytes bigint, crc32c bigint, input_rows bigint, job_records bigint, rejected bigint, "
               "rows_in_records bigint, present string")
 
 
@@ -196,7 +196,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
         raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: {worker_error(e)}") from e
     # Too many rejects: raise before committing anything, keeping _temporary (and the
     # rejects in it) for inspection, as the message says.
-    output.check_reject_fraction(totals, options.max_reject_fraction)
+    output.check_reject_fraction(totals, options.max_reject_fraction, out)
     common = dict(schema=plan.schema, compression=options.compression, engine="spark",
                   max_reject_fraction=options.max_reject_fraction)
     try:
@@ -255,7 +255,8 @@ def _merge_reports(reports, out: str, job_id: str, num_shards: int, compression:
     seen: set[int] = set()
     presents: list = []
     for r in reports:
-        wf = output.WrittenFile(r["temp_path"], r["final_name"], int(r["records"]), int(r["bytes"]))
+        wf = output.WrittenFile(r["temp_path"], r["final_name"], int(r["records"]), int(r["bytes"]),
+                                None if r["crc32c"] is None else int(r["crc32c"]))
         if r["kind"] == "rejects":
             rejects.append(wf)
             continue
@@ -795,6 +796,7 @@ class WriteStage:
             "final_name": [w.final_name for _, w in rows],
             "records": [w.records for _, w in rows],
             "bytes": [w.bytes for _, w in rows],
+            "crc32c": [w.crc32c for _, w in rows],
             "input_rows": [stats["input_rows"]] * len(rows),
             "job_records": [stats["records"]] * len(rows),
             "rejected": [spool.count] * len(rows),
@@ -916,7 +918,7 @@ class WriteStage:
 
 _REPORT_SCHEMA = pa.schema([("kind", pa.string()), ("partition", pa.int64()), ("attempt", pa.string()),
                             ("temp_path", pa.string()), ("final_name", pa.string()), ("records", pa.int64()),
-                            ("bytes", pa.int64()), ("input_rows", pa.int64()), ("job_records", pa.int64()),
+                            ("bytes", pa.int64()), ("crc32c", pa.int64()), ("input_rows", pa.int64()), ("job_records", pa.int64()),
                             ("rejected", pa.int64()), ("rows_in_records", pa.int64()), ("present", pa.string())])
 
 

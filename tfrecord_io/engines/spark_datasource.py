@@ -66,7 +66,7 @@ import warnings
 from collections import Counter
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +83,7 @@ from tfrecord_io.core.schema import Feature, Schema, SchemaError
 from tfrecord_io.engines.reader_options import check_feature_names
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
                                                column_plan, leaf_columns, schema_from_spark)
-from tfrecord_io.storage import fs, output
+from tfrecord_io.storage import fs, lease, output
 from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes, prune
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.storage.sources import infer_files_schema
@@ -238,8 +238,7 @@ class _Writer(DataSourceArrowWriter):
                     continue
                 split = shard.final_name.rpartition("/")[0]
                 final = output.shard_name(k, n, self.compression)
-                files.append(output.WrittenFile(shard.temp_path, f"{split}/{final}" if split else final,
-                                                shard.records, shard.bytes))
+                files.append(dataclasses.replace(shard, final_name=f"{split}/{final}" if split else final))
             if m.rejects:
                 rejects.append(output.WrittenFile(**m.rejects))
             totals.input_rows += m.input_rows
@@ -286,7 +285,7 @@ class TFRecordDataSource(DataSource):
         return {k.lower(): v for k, v in self.options.items()}
 
     def _source(self):
-        """(files with their compression, the schema or None to infer it, the options)."""
+        """(the source's files, the schema or None to infer it, the options)."""
         opts = self._options()
         path = opts.get("path")
         if not path:
@@ -314,7 +313,7 @@ class TFRecordDataSource(DataSource):
         cached = getattr(self, "_inferred", None)
         if cached is not None and cached[0] == files:
             return cached[1]
-        inferred = infer_files_schema(list(files))
+        inferred = infer_files_schema([(f.uri, f.compression) for f in files])
         self._inferred = (files, inferred)
         return inferred
 
@@ -404,7 +403,9 @@ class TFRecordDataSource(DataSource):
                                  "before writing")
             splits = Splits.parse(w.split, w.split_by, tf_schema)
         try:
-            output.prepare_output(w.path, overwrite=overwrite)
+            # (the writer runs in a short-lived Python worker: the lease is held by convert_dataframe's
+            # driver when it writes through here, else by this worker while it lives)
+            output.prepare_output(w.path, overwrite=overwrite, run=w.lease_run)
         except FileExistsError as e:
             if overwrite or not fs.isdir(w.path):
                 raise
@@ -450,6 +451,7 @@ class WriterOptions:
     split_by: str | None = None
     partition_by: tuple[str, ...] = ()
     types: WriteTypes = WriteTypes()
+    lease_run: str | None = None  # internal (``leaseRun``): the run of convert_dataframe holding the lease
 
     @classmethod
     def parse(cls, opts: dict) -> "WriterOptions":
@@ -488,7 +490,8 @@ class WriterOptions:
                    split=opts.get("split") or None, split_by=opts.get("splitby") or None,
                    partition_by=tuple(c.strip() for c in (opts.get("partitionby") or "").split(",") if c.strip()),
                    types=WriteTypes(decimal_as=opts.get("decimalas", "float").lower(),
-                                    timestamp_unit=opts.get("timestampunit", "microseconds").lower()))
+                                    timestamp_unit=opts.get("timestampunit", "microseconds").lower()),
+                   lease_run=opts.get("leaserun") or None)
 
 
 def _flag(opts: dict, key: str, name: str) -> bool:
@@ -521,21 +524,20 @@ def spark_struct(schema: Schema) -> str:
     return ", ".join([ddl(f) for f in schema.context] + [ddl(f, steps=True) for f in schema.sequence])
 
 
-def _files_of(path: str) -> tuple[list[tuple[str, str]], Schema | None, dict[str, dict]]:
-    """[(file, compression)] of a source (:mod:`tfrecord_io.storage.sources`: an output directory
+def _files_of(path: str) -> tuple[list, Schema | None, dict[str, dict]]:
+    """The files (:class:`~tfrecord_io.storage.sources.SourceFile`) of a source (:mod:`tfrecord_io.storage.sources`: an output directory
     by its manifest, any other directory, glob or file by listing), the manifest's schema, and
     each file's partition values from its path (``{uri: {"cut": "Ideal"}}``)."""
     from tfrecord_io.storage import sources
 
     src = sources.resolve_source(path)
-    return ([(f.uri, f.compression) for f in src.files], src.manifest.schema if src.manifest else None,
+    return (list(src.files), src.manifest.schema if src.manifest else None,
             {f.uri: parse_partition_path(f.name) for f in src.files})
 
 
 @dataclass(frozen=True)
 class _File(InputPartition):
-    uri: str
-    compression: str
+    file: Any  # a SourceFile: its URI, compression and what its manifest says of it
 
 
 @dataclass
@@ -571,38 +573,38 @@ class _Reader(DataSourceReader):
             if op is not None and len(f.attribute) == 1 and f.attribute[0] in columns:
                 conditions.append((f.attribute[0], op, getattr(f, "value", None)))
         if conditions:
-            kept = set(prune(((uri, self.file_partitions.get(uri, {})) for uri, _ in self.files), conditions))
-            self.files = [(uri, comp) for uri, comp in self.files if uri in kept]
+            kept = set(prune(((f.uri, self.file_partitions.get(f.uri, {})) for f in self.files), conditions))
+            self.files = [f for f in self.files if f.uri in kept]
         return list(filters)
 
     def partitions(self):
-        return [_File(uri, comp) for uri, comp in self.files]  # one per file: TFRecords do not split
+        return [_File(f) for f in self.files]  # one per file: TFRecords do not split
 
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
-        from tfrecord_io.core.framing import CorruptRecordError, read_records, until_corrupt
+        from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
+        from tfrecord_io.storage.sources import iter_file_records
 
         if not isinstance(partition, _File):  # no file left (every one pruned): Spark's one empty partition
             return
 
         broken: list[CorruptRecordError] = []
 
-        with fs.open(partition.uri, "rb") as f:
-            stream = until_corrupt(read_records(f, name=partition.uri, compression=partition.compression, verify=True),
-                                   broken)
-            first = offset = 0
-            size = 1024  # records per batch: then as many as make batch_bytes, at most batch_records
-            while batch := list(itertools.islice(stream, size)):
-                lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
-                offsets = offset + np.concatenate([[0], np.cumsum(lengths + 16)[:-1]])
-                yield self._batch(batch, partition.uri, first, offsets)
-                first, offset = first + len(batch), int(offsets[-1] + lengths[-1] + 16)
-                size = max(64, min(self.batch_records, self.batch_bytes * len(batch) // max(1, int(lengths.sum()))))
+        uri = partition.file.uri
+        # (a file its manifest lists is checked against its entry: count, size, CRC-32C of its bytes)
+        stream = until_corrupt(iter_file_records(partition.file, verify=True), broken)
+        first = 0
+        size = 1024  # records per batch: then as many as make batch_bytes, at most batch_records
+        while batch := list(itertools.islice(stream, size)):
+            offsets, records = zip(*batch)
+            yield self._batch(list(records), uri, first, np.array(offsets, dtype=np.int64))
+            first += len(batch)
+            size = max(64, min(self.batch_records, self.batch_bytes * len(batch) // max(1, sum(map(len, records)))))
         if broken:
             if self.on_corrupt != "skip":
                 raise broken[0]
             import sys
 
-            print(f"tfrecord-io: onCorrupt=skip: {partition.uri}: dropped the rest of the file after "
+            print(f"tfrecord-io: onCorrupt=skip: {uri}: dropped the rest of the file after "
                   f"the intact records", file=sys.stderr)
 
     def _batch(self, records: list[bytes], uri: str, first: int, offsets) -> pa.RecordBatch:
@@ -677,6 +679,7 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
     spark.dataSource.register(source)
     writer = (selected.write.format(JobDataSource.name())
               .mode("append").option("schemaJson", json.dumps(schema.to_dict()))
+              .option("leaseRun", lease.held_here(out) or "")
               .option("compression", options.compression)
               .option("maxRejectFraction", str(options.max_reject_fraction)))
     if options.compression != "none":
@@ -687,7 +690,10 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
         writer = writer.option("split", options.split)
         if options.split_by:
             writer = writer.option("splitBy", options.split_by)
-    writer.save(out)
+    try:
+        writer.save(out)
+    finally:
+        lease.release(out, ended=True)  # (committed: the commit removed _temporary and the lease with it)
     manifest = dict(output.read_manifest(out))
     manifest["job"] = {"num_shards": num_shards, "input_bytes": input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}

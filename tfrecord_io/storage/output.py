@@ -26,10 +26,11 @@ import os
 import posixpath
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
-from tfrecord_io.storage import fs
+from tfrecord_io.core.checksum import format_crc
+from tfrecord_io.storage import fs, lease
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, TFRecordWriter, extension_for, normalize_compression
 from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
                                        read_index)
@@ -55,6 +56,7 @@ class WrittenFile:
     final_name: str  # relative to the output directory
     records: int
     bytes: int
+    crc32c: int | None = None  # of the file's bytes as written (record files; None for rejects)
 
 
 @dataclass
@@ -159,8 +161,9 @@ def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
     FileExistsError for an existing output that may not be replaced: without ``overwrite``,
     or (even with it) when the directory holds anything a conversion does not write
     (``part-*.tfrecord*``, ``_index``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
-    A directory that holds only ``_temporary`` is what a failed run left: it is cleared
-    without ``overwrite`` too (a run that fails never blocks the next).
+    A ``_temporary`` is checked against its lease (:func:`_check_staging`): a live run's refuses
+    even ``overwrite``; one a failed run ended is cleared without ``overwrite`` (a run that fails
+    never blocks the next); a killed run's, or one without our lease, needs ``overwrite``.
     """
     check_output_apart(output, inputs, input_paths)
     if not fs.exists(output):
@@ -169,6 +172,8 @@ def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
         raise FileExistsError(f"output {output} exists and is a file")
     entries = fs.ls(output)
     names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+    if TEMPORARY in names:
+        _check_staging(output, overwrite)
     if not entries or names == [TEMPORARY]:
         return entries
     if not overwrite:
@@ -183,19 +188,58 @@ def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
     return entries
 
 
+def _check_staging(output: str, overwrite: bool) -> None:
+    """The ``_temporary/`` of an output, against its lease (:mod:`tfrecord_io.storage.lease`):
+    a live run's is never touched; a dead run's, or one with no lease of ours, only with ``overwrite``."""
+    held = lease.read_lease(output)
+    if held is not None and held.run == lease.held_here(output):
+        return  # this process's own run
+    state = held.state() if held is not None else None
+    if state == "live":
+        raise FileExistsError(
+            f"output {output} is being written by another conversion ({held.describe()}): two conversions "
+            f"to one output would wipe each other's attempts; wait for it to finish, or choose another --output")
+    if state == "ended" or overwrite:
+        return
+    if state == "dead":
+        raise FileExistsError(
+            f"output {output} holds the staging (_temporary/) of a conversion that died without finishing "
+            f"({held.describe()}): pass --overwrite to clean it")
+    raise FileExistsError(
+        f"output {output} holds a _temporary/ that no tfrecord-io conversion holds a lease on (another tool's "
+        f"committer, or a run of an older version): pass --overwrite to delete it, or choose another --output")
+
+
 def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
-                   input_paths: Iterable[str] = ()) -> None:
+                   input_paths: Iterable[str] = (), run: str | None = None) -> None:
     """Check the output against the inputs (:func:`check_output`); delete what a previous conversion
-    wrote there (with ``overwrite``) or a failed run left; create it and its ``_temporary``."""
+    wrote there (with ``overwrite``) or a failed run left; create it and its ``_temporary``, and
+    take the output's lease (:mod:`~tfrecord_io.storage.lease`).
+
+    ``run``: the lease is the one run ``run`` holds (another process of the same conversion: the
+    driver of ``convert_dataframe`` for its data source's writer); it is kept, not taken."""
+    if run is not None:
+        held = lease.read_lease(output)
+        if held is None or held.run != run or held.state() != "live":
+            raise RuntimeError(f"output {output}: the lease of run {run} is gone ({held.describe() if held else 'none'})")
+        return
     for entry in check_output(output, overwrite=overwrite, inputs=inputs, input_paths=input_paths):
         fs.delete(entry, recursive=True)
     fs.makedirs(fs.join(output, TEMPORARY))
+    lease.hold(output)
+
+
+def _end_staging(output: str) -> None:
+    """The commit's end of ``_temporary`` (its lease with it)."""
+    lease.release(output, ended=False)
+    fs.delete(fs.join(output, TEMPORARY), recursive=True)
 
 
 def abort(output: str) -> None:
     """Best effort, after a failed run: remove what its task attempts wrote (``_temporary``), so that
     the output holds nothing of it.  Never raises: the run's own error is the one to report."""
     temporary = fs.join(output, TEMPORARY)
+    lease.release(output, ended=True)  # (what cannot be removed, the next run may)
     try:
         if fs.exists(temporary):
             fs.delete(temporary, recursive=True)
@@ -221,7 +265,7 @@ def write_shard(records: Iterable, output: str, attempt: str, final_name: str, c
             for batch in records:
                 w.write_batch(batch)
         index.finish(w.bytes_written, comp)
-    return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written)
+    return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written, w.crc32c)
 
 
 def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: str) -> WrittenFile | None:
@@ -243,15 +287,20 @@ def write_rejects(lines: Iterable[dict], output: str, attempt: str, final_name: 
     return WrittenFile(temp_path, f"{REJECTS}/{final_name}", count, size) if count else None
 
 
-def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float) -> None:
+def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float, output: str | None = None) -> None:
+    """RejectLimitExceeded when too much was rejected; ``_temporary`` stays, with the rejects to look
+    at, and the lease on ``output`` is ended (the next run may clear it)."""
     if totals.input_rows != totals.converted_rows + totals.rejected:
         raise RuntimeError(f"counts do not reconcile: {totals.input_rows} input rows != "
                            f"{totals.converted_rows} converted + {totals.rejected} rejected")
     if totals.input_rows and totals.rejected / totals.input_rows > max_reject_fraction:
-        raise RejectLimitExceeded(
+        error = RejectLimitExceeded(
             f"{totals.rejected} of {totals.input_rows} input rows were rejected "
             f"({totals.rejected / totals.input_rows:.2%}), more than --max-reject-fraction "
             f"{max_reject_fraction:g}; see the reasons under _temporary/*/{REJECTS}/ (output not committed)")
+        if output is not None:
+            lease.release(output, ended=True)
+        raise error
 
 
 def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
@@ -263,10 +312,10 @@ def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], to
     feature, :func:`tfrecord_io.core.codec.present_counts`) goes into the manifest when known.
     """
     _check_files(files, totals.records)
-    check_reject_fraction(totals, max_reject_fraction)
+    check_reject_fraction(totals, max_reject_fraction, output)
     indexes = _indexes(files)
     _move(output, [*files, *rejects])
-    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    _end_staging(output)
     manifest = _manifest(engine, schema, compression, files, rejects, totals, indexes)
     if totals.present is not None:
         manifest["present"] = dict(totals.present)
@@ -284,7 +333,7 @@ def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[W
     ``files``' final names start with their split (``train/part-...``).
     """
     _check_files(files, totals.records)
-    check_reject_fraction(totals, max_reject_fraction)
+    check_reject_fraction(totals, max_reject_fraction, output)
     by_split: dict[str, list[WrittenFile]] = {name: [] for name in splits.names}
     for f in files:
         name, _, rest = f.final_name.partition("/")
@@ -295,11 +344,11 @@ def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[W
         fs.makedirs(fs.join(output, name))
     indexes = _indexes(files)
     _move(output, [*files, *rejects])
-    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    _end_staging(output)
     summary = {}
     for name, split_files in by_split.items():
         n = sum(f.records for f in split_files)
-        local = [WrittenFile(f.temp_path, f.final_name.partition("/")[2], f.records, f.bytes) for f in split_files]
+        local = [replace(f, final_name=f.final_name.partition("/")[2]) for f in split_files]
         manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
                              {f.final_name.partition("/")[2]: indexes[f.final_name] for f in split_files})
         manifest["split"] = {"name": name, **splits.to_dict()}
@@ -332,20 +381,20 @@ def commit_partitions(output: str, partition_by: list[dict], files: list[Written
         if not directory:
             raise RuntimeError(f"a shard of no partition: {f.final_name}")
         by_dir.setdefault(directory, []).append(f)
-    named = [WrittenFile(f.temp_path, f"{d}/{shard_name(j, len(fs_), compression)}", f.records, f.bytes)
+    named = [replace(f, final_name=f"{d}/{shard_name(j, len(fs_), compression)}")
              for d, fs_ in by_dir.items() for j, f in enumerate(fs_)]
     _check_files(named, totals.records)
-    check_reject_fraction(totals, max_reject_fraction)
+    check_reject_fraction(totals, max_reject_fraction, output)
     indexes = _indexes(named)
     for d in by_dir:
         fs.makedirs(fs.join(output, d))
     _move(output, [*named, *rejects])
-    fs.delete(fs.join(output, TEMPORARY), recursive=True)
+    _end_staging(output)
     summary = {}
     for d in by_dir:
         mine = [f for f in named if f.final_name.rpartition("/")[0] == d]
         n = sum(f.records for f in mine)
-        local = [WrittenFile(f.temp_path, f.final_name.rpartition("/")[2], f.records, f.bytes) for f in mine]
+        local = [replace(f, final_name=f.final_name.rpartition("/")[2]) for f in mine]
         manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
                              {f.final_name.rpartition("/")[2]: indexes[f.final_name] for f in mine})
         values = parse_partition_path(d + "/x")
@@ -392,7 +441,7 @@ def write_partition_shards(batches: Iterable, output: str, attempt: str, task_ke
         for path, f, fi, w, index in open_.values():
             f.close()
             fi.close()
-    return [WrittenFile(path, f"{d}/{task_key}", w.records_written, w.bytes_written)
+    return [WrittenFile(path, f"{d}/{task_key}", w.records_written, w.bytes_written, w.crc32c)
             for d, (path, f, fi, w, index) in sorted(open_.items())]
 
 
@@ -441,13 +490,19 @@ def _manifest(engine: str, schema, compression: str, files: list[WrittenFile], r
         "record_type": schema.record_type,
         "compression": normalize_compression(compression),
         "schema": schema.to_dict(),
-        "files": [{"path": f.final_name, "records": f.records, "bytes": f.bytes}
-                  for f in sorted(files, key=lambda f: f.final_name)],
+        "files": [_file_entry(f) for f in sorted(files, key=lambda f: f.final_name)],
         "index": {"version": MANIFEST_INDEX_VERSION,
                   "lengths": {name: indexes[name] for name in sorted(f.final_name for f in files)}},
         "rejects": [{"path": f.final_name, "rows": f.records} for f in sorted(rejects, key=lambda f: f.final_name)],
         "totals": totals.as_dict(),
     }
+
+
+def _file_entry(f: WrittenFile) -> dict:
+    entry = {"path": f.final_name, "records": f.records, "bytes": f.bytes}
+    if f.crc32c is not None:
+        entry["crc32c"] = format_crc(f.crc32c)
+    return entry
 
 
 def _finish(directory: str, manifest: dict) -> None:
@@ -489,7 +544,8 @@ def write_split_shards(batches: Iterable, output: str, attempt: str, final_names
     finally:
         for h in handles:
             h.close()
-    return [WrittenFile(p, n, w.records_written, w.bytes_written) for p, n, w in zip(paths, final_names, writers)]
+    return [WrittenFile(p, n, w.records_written, w.bytes_written, w.crc32c)
+            for p, n, w in zip(paths, final_names, writers)]
 
 
 def sum_present(counts: Iterable[dict | None]) -> dict[str, int] | None:

@@ -31,6 +31,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from tfrecord_io.core.checksum import ChecksumReader, format_crc, parse_crc
 from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
 from tfrecord_io.core.record_schema import infer_schema
 from tfrecord_io.core.schema import Schema, SchemaError
@@ -41,8 +42,8 @@ from tfrecord_io.storage.schema_io import load_schema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "ManifestFile", "Source", "SourceFile", "infer_files_schema", "iter_file_records",
-           "resolve_source", "sniff_compression"]
+__all__ = ["Manifest", "ManifestFile", "ShardMismatchError", "ShardReader", "Source", "SourceFile", "infer_files_schema",
+           "iter_file_records", "resolve_source", "shard_mismatch", "sniff_compression"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ManifestFile:
     path: str            # relative to the output directory
     records: int
     bytes: int | None
+    crc32c: int | None = None  # of the file's bytes (None: written before manifests held it)
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,10 @@ class Manifest:
         files = []
         for entry in raw.get("files") or ():
             try:
-                nbytes = entry.get("bytes")
+                nbytes, crc = entry.get("bytes"), entry.get("crc32c")
                 files.append(ManifestFile(str(entry["path"]), int(entry["records"]),
-                                          int(nbytes) if nbytes is not None else None))
+                                          int(nbytes) if nbytes is not None else None,
+                                          parse_crc(crc, "crc32c") if crc is not None else None))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise ValueError(f"{path}: bad files entry {str(entry)[:200]}: {e}") from e
         present = raw.get("present")
@@ -105,8 +108,8 @@ class SourceFile:
 
     ``name`` is its path relative to the source; ``compression_from`` says where its
     compression came from ("manifest" | "option" | "extension" | "sniffed"); ``size`` is its
-    size now (None when it does not exist, or when sizes were not asked for); ``records`` and
-    ``bytes`` what the manifest says (None without a manifest).
+    size now (None when it does not exist, or when sizes were not asked for); ``records``,
+    ``bytes`` and ``crc32c`` (of the file's bytes) what the manifest says (None without a manifest).
     """
 
     uri: str
@@ -116,6 +119,7 @@ class SourceFile:
     size: int | None = None
     records: int | None = None
     bytes: int | None = None
+    crc32c: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,8 @@ class _Resolver:
                 comp = "zlib"  # Hadoop's DefaultCodec (spark-tfrecord's "deflate")
             if comp == "none" and self.sniff and (size is not None or not self.sizes):  # (missing: nothing to sniff)
                 comp, comp_from = sniff_compression(uri), "sniffed"
-        return SourceFile(uri, name, comp, comp_from, size,
-                          entry.records if entry else None, entry.bytes if entry else None)
+        return SourceFile(uri, name, comp, comp_from, size, entry.records if entry else None,
+                          entry.bytes if entry else None, entry.crc32c if entry else None)
 
 
 def resolve_source(source: Any, *, compression: str | None = "auto", schema: Any = None,
@@ -366,26 +370,91 @@ def _with_schema(src: Source, schema: Any) -> Source:
     return dataclasses.replace(src, schema=resolved, schema_from="option")
 
 
-class _CountingReader:
-    """A read-only file wrapper that reports how many bytes were read."""
+class ShardMismatchError(ValueError):
+    """A file is not the one its manifest lists: another record count, size or content checksum.
 
-    def __init__(self, f, report):
-        self._f, self._report = f, report
-        self.name = getattr(f, "name", None)
+    Raised by every reader of a manifest's files once it has read one to its end (and, for the
+    size, before reading it); ``uri`` names the file, ``what`` says which of the three differs.
+    """
 
-    def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
-        if self._report is not None and data:
-            self._report(len(data))
-        return data
+    def __init__(self, uri: str, what: str, message: str):
+        super().__init__(message)
+        self.uri, self.what = uri, what
+
+    def __reduce__(self):  # picklable across Spark / Beam worker boundaries
+        return (type(self), (self.uri, self.what, str(self)))
 
 
-def iter_file_records(file: SourceFile, *, verify: bool = True, report=None) -> Iterator[tuple[int, bytes]]:
+def shard_mismatch(file: SourceFile, *, records: int | None = None, nbytes: int | None = None,
+                   crc32c: int | None = None) -> ShardMismatchError | None:
+    """What differs between ``file``'s manifest entry and what was found in it (None: nothing,
+    or no manifest entry); each argument is skipped when None.  Count first (it says most), then
+    size, then the content checksum."""
+    said = "_manifest.json says"
+    if records is not None and file.records is not None and records != file.records:
+        return ShardMismatchError(file.uri, "records", f"{file.uri}: holds {records} records, but {said} "
+                                  f"{file.records}: the file is not the one the conversion wrote")
+    if nbytes is not None and file.bytes is not None and nbytes != file.bytes:
+        held = f" ({file.records} records)" if file.records is not None else ""
+        return ShardMismatchError(file.uri, "bytes", f"{file.uri}: is {nbytes} bytes, but {said} {file.bytes} bytes{held}: "
+                                  f"the file is not the one the conversion wrote")
+    if crc32c is not None and file.crc32c is not None and crc32c != file.crc32c:
+        return ShardMismatchError(file.uri, "crc32c", f"{file.uri}: its bytes have CRC-32C {format_crc(crc32c)}, but "
+                                  f"{said} {format_crc(file.crc32c)}: the file is not the one the conversion wrote "
+                                  f"(replaced or altered since)")
+    return None
+
+
+class ShardReader:
+    """Reads one file's records while counting them and checksumming its bytes: after
+    :meth:`records` has run to its end, ``records_read``, ``bytes_read`` and ``crc32c`` say what
+    the file holds, and :meth:`mismatch` how that differs from its manifest entry."""
+
+    def __init__(self, file: SourceFile, *, verify: bool = True, report=None):
+        self.file, self.verify, self.report = file, verify, report
+        self.records_read = self.bytes_read = self.crc32c = 0
+        self.complete = False
+
+    def records(self) -> Iterator[tuple[int, bytes]]:
+        """``(offset, data)`` for each record; raises CorruptRecordError naming the file."""
+        with fs.open(self.file.uri, "rb") as f:
+            reader = ChecksumReader(f, self.report)
+            for item in iter_records(reader, name=self.file.uri, compression=self.file.compression,
+                                     verify=self.verify):
+                self.records_read += 1
+                yield item
+            while reader.read(_READ_REST):  # bytes past the record stream (a gzip tail): in the checksum too
+                pass
+            self.bytes_read, self.crc32c, self.complete = reader.bytes_read, reader.crc32c, True
+
+    def mismatch(self) -> ShardMismatchError | None:
+        """How the file read differs from its manifest entry (None: it does not, or it was not read to its end)."""
+        if not self.complete:
+            return None
+        return shard_mismatch(self.file, records=self.records_read, nbytes=self.bytes_read, crc32c=self.crc32c)
+
+
+_READ_REST = 1 << 20
+
+
+def iter_file_records(file: SourceFile, *, verify: bool = True, report=None,
+                      check: bool = True) -> Iterator[tuple[int, bytes]]:
     """``(offset, data)`` for each record of one file; raises CorruptRecordError naming it.
-    ``report(n)`` is called with the bytes read, for progress bars."""
-    with fs.open(file.uri, "rb") as f:
-        yield from iter_records(_CountingReader(f, report), name=file.uri, compression=file.compression,
-                                verify=verify)
+    ``report(n)`` is called with the bytes read, for progress bars.
+
+    ``check``: a file its manifest lists is checked against its entry -- its size before the
+    first record, its record count and the CRC-32C of its bytes once the last record is read --
+    and a difference raises :class:`ShardMismatchError` (never a warning: its records would be
+    someone else's)."""
+    if check and file.bytes is not None:
+        problem = shard_mismatch(file, nbytes=file.size if file.size is not None else fs.size(file.uri))
+        if problem is not None:
+            raise problem
+    reader = ShardReader(file, verify=verify, report=report)
+    yield from reader.records()
+    problem = reader.mismatch() if check else None
+    if problem is not None:
+        raise problem
 
 
 def infer_files_schema(files: Sequence[tuple[str, str]]) -> Schema:

@@ -16,7 +16,8 @@ from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecord
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.shard_cache import ShardCache
-from tfrecord_io.storage.sources import SourceFile
+from tfrecord_io.storage.sources import SourceFile, shard_mismatch
+from tfrecord_io.core.checksum import extend
 from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize, _local_path
 from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
     MAX_RANGE_RECORDS, _LENGTH)
@@ -52,6 +53,8 @@ class _RangeGuard:
         i, offset, record, remaining, step = int(i), int(offset), int(record), int(remaining), int(step)
         f = self.table.files[i]
         st = os.stat(local)
+        if f.bytes is not None and st.st_size != f.bytes:  # before TF reads a record of someone else's file
+            raise shard_mismatch(f, nbytes=st.st_size)
         index = self.table.index(i, st.st_size)
         if f.compression != "none":
             if record == 0:
@@ -162,6 +165,7 @@ def _walk_headers(mm, size: int, pos: int, count: int, byte_limit: int | None):
 
 
 _NOTHING = np.zeros([0], dtype=object)
+_CRC_READ = 4 << 20
 
 
 class _SegmentChecker:
@@ -186,6 +190,8 @@ class _SegmentChecker:
         first, count, whole, n, nbytes = int(first), int(count), bool(whole), int(n), int(nbytes)
         try:
             problem, error, recovered = self._check(path, f, first, count, whole, n, nbytes)
+            if problem is None:
+                self._check_content(path, int(index), f)
         finally:
             if self.cache is not None:
                 self.cache.release(path)  # the next shard can be fetched into its slot
@@ -198,6 +204,27 @@ class _SegmentChecker:
             log.warning("on_corrupt='skip': %s; kept the %d records before it and skipped the rest of the file",
                         problem.message, problem.records_kept)
         return np.array(recovered, dtype=object) if recovered else _NOTHING
+
+    def _check_content(self, path: str, i: int, f: SourceFile) -> None:
+        """The file's bytes against its manifest's CRC-32C, once per process per file and size
+        (later epochs and segments read nothing more): ShardMismatchError naming the file when they
+        are not the bytes the conversion wrote.  One more read of the file, from the page cache
+        (or the shard cache's local copy) where TensorFlow just read it; ~10 GB/s of CRC."""
+        if f.crc32c is None:
+            return
+        with self._open(path) as fh:
+            fh.seek(0, os.SEEK_END)
+            key = (i, fh.tell(), os.stat(_local_path(path)).st_mtime_ns if "://" not in path else None)
+            if self.table.content_checked(key):
+                return
+            fh.seek(0)
+            crc = nread = 0
+            while chunk := fh.read(_CRC_READ):
+                crc, nread = extend(crc, chunk), nread + len(chunk)
+        problem = shard_mismatch(f, nbytes=nread, crc32c=crc)
+        if problem is not None:
+            raise problem
+        self.table.content_checked(key, True)
 
     def _open(self, path: str):
         if "://" in path and not path.startswith("file:"):

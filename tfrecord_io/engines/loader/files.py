@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 
 
 from tfrecord_io.core.schema import Feature, Schema
-from tfrecord_io.storage import sources
+from tfrecord_io.storage import fs, sources
 from tfrecord_io.storage.index import RecordIndex, load_index, manifest_index
 from tfrecord_io.engines.reader_options import check_feature_names
-from tfrecord_io.storage.sources import Source, SourceFile
+from tfrecord_io.storage.sources import Source, SourceFile, shard_mismatch
 
 
 __all__ = ["resolve_source", "select_features"]
@@ -152,6 +152,7 @@ class _FileTable:
         self.manifest = manifest  # a tfrecord-io output's: its shards' indexes are in it
         self._indexes: dict[int, RecordIndex | None] = {}
         self._walks: dict[tuple, tuple] = {}
+        self._checked: set[tuple] = set()  # (file, size, mtime) whose bytes matched the manifest's CRC-32C
         self._lock = threading.Lock()
 
     def counts(self) -> list[int | None]:
@@ -177,6 +178,10 @@ class _FileTable:
                 raise ValueError(f"{f.uri}: _manifest.json says {f.records} records, its index {index.uri} "
                                  f"{index.records}")
         except ValueError as e:
+            now = size if size is not None else fs.size(f.uri) if f.bytes is not None else None
+            problem = shard_mismatch(f, nbytes=now)
+            if problem is not None:  # not the manifest's file: its records would be someone else's
+                raise problem from e
             if strict:
                 raise
             log.warning("%s; reading the file without its index", e)
@@ -189,6 +194,13 @@ class _FileTable:
         """Every file's index, strictly (read in parallel: on HDFS each is a small remote read)."""
         with ThreadPoolExecutor(max(1, min(threads, len(self.files)))) as pool:
             return list(pool.map(lambda i: self.index(i, strict=True), range(len(self.files))))
+
+    def content_checked(self, key: tuple, done: bool = False) -> bool:
+        """Whether file ``key`` (index, size, mtime) was found to hold its manifest's bytes; ``done``: it was."""
+        with self._lock:
+            if done:
+                self._checked.add(key)
+            return key in self._checked
 
     def walked(self, key: tuple) -> tuple | None:
         with self._lock:

@@ -17,7 +17,8 @@ import numpy as np
 from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, masked_crc32c
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
-from tfrecord_io.storage.sources import SourceFile
+from tfrecord_io.storage.sources import SourceFile, shard_mismatch
+from tfrecord_io.core.checksum import extend
 from tfrecord_io.engines.loader.files import _FileTable, _local_path
 from tfrecord_io.engines.loader.options import _HEADER, _U32
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
@@ -75,6 +76,24 @@ def _close_all(closers: Sequence[Any]) -> None:
         close()
 
 
+def _check_content(fd: int, f) -> None:
+    """A file about to be read at its offsets against its manifest entry (size, CRC-32C of its bytes),
+    once, when first opened: ShardMismatchError naming it when it is not the file the conversion wrote."""
+    if f.bytes is None and f.crc32c is None:
+        return
+    size = os.fstat(fd).st_size
+    crc = 0
+    if f.crc32c is not None and (f.bytes is None or size == f.bytes):
+        for pos in range(0, size, _CRC_READ):
+            crc = extend(crc, os.pread(fd, _CRC_READ, pos))
+    problem = shard_mismatch(f, nbytes=size, crc32c=crc if f.crc32c is not None else None)
+    if problem is not None:
+        raise problem
+
+
+_CRC_READ = 4 << 20
+
+
 class _RecordReader:
     """Records by global number, read at their offsets (a numpy_function; pure: same ids, same records).
 
@@ -99,6 +118,11 @@ class _RecordReader:
         if fd is None:
             path = self.staged.path(i) if self.staged is not None else _local_path(self.table.files[i].uri)
             fd = os.open(path, os.O_RDONLY)
+            try:
+                _check_content(fd, self.table.files[i])
+            except BaseException:
+                os.close(fd)
+                raise
             with self._lock:
                 if i in self._fds:
                     os.close(fd)
