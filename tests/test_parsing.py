@@ -118,6 +118,8 @@ def test_every_bad_row_is_a_reject_with_source_line_raw_and_reason():
     ("2D", 2.0), ("NaN", math.nan), ("Infinity", math.inf), ("-Infinity", -math.inf), ("Inf", math.inf),
     ("-Inf", -math.inf), ("0x1p3", 8.0), ("1e50", math.inf), ("16777217", 16777216.0),
     ("nan", None), ("inf", None), ("INF", None), ("infinity", None), ("1_0", None), ("abc", None), ("1e", None),
+    # ASCII digits only, as Java's grammar (Python's float() takes any Unicode digit)
+    ("\u0663.\u0665", None), ("\uff11.5", None), ("1.\u0665", None), ("1e\u0663", None),
 ])
 def test_floats_as_java_reads_them(text, value):
     schema = Schema.from_dict({"features": [{"name": "v", "type": "float"}], "csv": {"header": False}})
@@ -131,7 +133,8 @@ def test_floats_as_java_reads_them(text, value):
 
 
 @pytest.mark.parametrize("text,value", [("7", 7), ("+7", 7), ("-7", -7), ("-9223372036854775808", -2**63),
-                                        ("9223372036854775808", None), ("0x7", None), ("7.0", None), ("7 ", None)])
+                                        ("9223372036854775808", None), ("0x7", None), ("7.0", None), ("7 ", None),
+                                        ("\uff17", None), ("\u0663", None)])
 def test_int64_as_java_reads_it(text, value):
     schema = Schema.from_dict({"features": [{"name": "v", "type": "int64"}], "csv": {"header": False}})
     rows, _, rejects, _ = parse(text.encode() + b"\n", schema)

@@ -68,6 +68,11 @@ def test_load_from_file(tmp_path):
      "group_by 'g' names no context feature"),
     ("features: [{name: a, type: float}]\ncsv: {delimiter: ';;'}", "delimiter must be one character"),
     ("features: [", "not valid YAML"),
+    # a key given twice: YAML keeps the last silently; a schema refuses it, naming the line
+    ("features:\n  - {name: id, type: int64, type: string}", "line 2: 'type' is given twice in one mapping"),
+    ("features:\n  - name: id\n    type: int64\n    name: x", "line 4: 'name' is given twice in one mapping "
+                                                              "(first on line 2)"),
+    ("features: [{name: a, type: float}]\nlabel: a\nlabel: a", "line 3: 'label' is given twice"),
 ])
 def test_validation_errors_name_the_problem(text, message):
     with pytest.raises(SchemaError) as e:
@@ -130,3 +135,9 @@ def test_load_schema_is_public_and_schema_load_a_deprecated_alias(tmp_path):
     assert loaded.label == "id" and loaded.task == "regression"
     with pytest.warns(DeprecationWarning, match="use tfrecord_io.load_schema"):
         assert Schema.load(path) == loaded
+
+
+def test_a_yaml_merge_key_is_not_a_duplicate():
+    """``<<: *base`` then a key of the base: YAML's override, not a key given twice."""
+    s = Schema.from_yaml("features: [&a {name: a, type: float}, {<<: *a, name: b}]")
+    assert [(f.name, f.type) for f in s.features] == [("a", "float"), ("b", "float")]

@@ -53,6 +53,10 @@ def _show(value: Any) -> str:
     return _REPR.repr(value)
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A key given twice in one YAML mapping."""
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses more than :data:`MAX_YAML_ALIASES` aliases: "billion laughs"
     documents expand a few hundred bytes into 10^9 nodes through nested aliases."""
@@ -68,6 +72,24 @@ class _BoundedLoader(yaml.SafeLoader):
                 raise yaml.YAMLError(f"more than {MAX_YAML_ALIASES} YAML aliases (*name): not a schema "
                                      f"(an alias bomb?)")
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        """A mapping, refusing a key given twice (``{name: id, type: int64, type: string}``): YAML
+        itself would silently keep the last."""
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged by SafeLoader
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader refuses it itself
+                continue
+            if first is not None:
+                raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: {_show(key)} is given twice in one "
+                                    f"mapping (first on line {first}); YAML would keep the last silently")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 @dataclass(frozen=True)
@@ -401,6 +423,8 @@ class Schema:
             data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
         except RecursionError as e:
             raise SchemaError(f"{source}: nested too deeply to be a schema") from e
+        except _DuplicateKey as e:
+            raise SchemaError(f"{source}: {e}") from e
         except yaml.YAMLError as e:
             raise SchemaError(f"{source}: not valid YAML: {e}") from e
         try:

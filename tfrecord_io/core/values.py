@@ -49,9 +49,11 @@ def show(value) -> str:
 
 
 _JAVA_SPACE = "".join(chr(c) for c in range(33))
+# re.ASCII: Java's grammar has ASCII digits only (Python's \d, float() and int() take any Unicode
+# digit: "٣.٥" and "１.5", which Float.parseFloat and Spark refuse)
 _JAVA_FLOAT = re.compile(r"[+-]?(?:NaN|Infinity|(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-                         r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+)[fFdD]?)")
-_JAVA_LONG = re.compile(r"[+-]?\d+")
+                         r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?\d+)[fFdD]?)", re.ASCII)
+_JAVA_LONG = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def java_float(text: str) -> float | None:
