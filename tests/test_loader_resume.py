@@ -273,7 +273,7 @@ def per_epoch_ids(batches: list[list[int]], per_epoch: int) -> list[Counter]:
     return [Counter(i for b in batches[k:k + per_epoch] for i in b) for k in range(0, len(batches), per_epoch)]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1])  # (one seed: each is five child fits; the targets below span every epoch)
 def test_keras_resume_is_exact_in_every_epoch_after_kills_anywhere(tmp_path, seed):
     """Four epochs of 17 batches, killed at random batches in the first, a middle and the last epoch
     (and once more within an epoch just resumed): what the saves kept plus the last run is exactly
@@ -334,21 +334,21 @@ def test_torn_backup_files_resume_from_the_state_before_or_start_over(tmp_path):
     states = sorted(backup.glob("state-*"))
     assert len(states) == 2
     config.update(save_freq=100, kill_after=-1)
-    for name in ("model.weights.h5", "state.json"):
-        for torn in ([states[-1]], states):
-            shutil.rmtree(backup)
-            shutil.copytree(pristine, backup)
-            for state in torn:
-                path = state / name
-                path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-            run = run_child(tmp_path, config, f"torn-{name}-{len(torn)}")
-            warned = [w for w in run["warnings"] if str(backup) in w]
-            if len(torn) == 1:
-                assert len(run["trained"]) == 17 - 6, f"{name} torn: not resumed from the save at batch 6"
-                assert len(warned) == 1 and "passed over a torn backup" in warned[0] and name in warned[0], warned
-            else:
-                assert len(run["trained"]) == 17, f"{name} torn in both: not started over"
-                assert len(warned) == 1 and "training starts over" in warned[0], warned
+    # each file torn in the newest state; both states torn once (the weights: the file a kill tears)
+    for name, torn in (("model.weights.h5", [states[-1]]), ("state.json", [states[-1]]), ("model.weights.h5", states)):
+        shutil.rmtree(backup)
+        shutil.copytree(pristine, backup)
+        for state in torn:
+            path = state / name
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        run = run_child(tmp_path, config, f"torn-{name}-{len(torn)}")
+        warned = [w for w in run["warnings"] if str(backup) in w]
+        if len(torn) == 1:
+            assert len(run["trained"]) == 17 - 6, f"{name} torn: not resumed from the save at batch 6"
+            assert len(warned) == 1 and "passed over a torn backup" in warned[0] and name in warned[0], warned
+        else:
+            assert len(run["trained"]) == 17, f"{name} torn in both: not started over"
+            assert len(warned) == 1 and "training starts over" in warned[0], warned
 
 
 def test_a_backup_saved_over_other_data_stops_the_restart_naming_the_change(tmp_path):
