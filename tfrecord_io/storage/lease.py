@@ -38,8 +38,9 @@ from tfrecord_io.storage import fs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HEARTBEAT_S", "LEASE", "STALE_AFTER_S", "Lease", "held_here", "hold", "read_lease", "release"]
+__all__ = ["HEARTBEAT_S", "LEASE", "STAGING", "STALE_AFTER_S", "Lease", "held_here", "hold", "read_lease", "release"]
 
+STAGING = "_temporary"  # an output's staging (output.TEMPORARY): task attempts, and the lease
 LEASE = "_lease.json"
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0  # six missed heartbeats
@@ -88,9 +89,7 @@ def _running(pid: int) -> bool:
 
 
 def _uri(output: str) -> str:
-    from tfrecord_io.storage.output import TEMPORARY
-
-    return fs.join(output, TEMPORARY, LEASE)
+    return fs.join(output, STAGING, LEASE)
 
 
 def read_lease(output: str) -> Lease | None:

@@ -38,7 +38,7 @@ from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexW
 MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
 REJECTS = "_rejects"
-TEMPORARY = "_temporary"
+TEMPORARY = lease.STAGING  # task attempts write here; the lease on the output lives here too
 MANIFEST_VERSION = 1
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 
