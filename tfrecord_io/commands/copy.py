@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from tfrecord_io.commands import exits
 from tfrecord_io.storage import fs
+from tfrecord_io.storage.inputs import is_glob
 
 __all__ = ["CopyPlan", "configure", "copy", "plan_copy", "run"]
 
 _CHUNK = 8 << 20
-_MAGIC = set("*?[")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _basename(uri: str) -> str:
 
 
 def _expand(src: str) -> list[str]:
-    if not _MAGIC.intersection(src):
+    if not is_glob(src):  # (a path that exists as written is that path, even with *?[ in it)
         if not fs.exists(src):
             raise FileNotFoundError(f"{src}: no such file or directory")
         return [src]

@@ -6,7 +6,9 @@ driver's header checks, ``infer-schema``), so that they agree on what the input 
 Listing (:func:`list_inputs`)
     A URI is a file, a directory (its files; names starting with ``_`` or ``.`` are skipped, as
     Hadoop's ``FileInputFormat`` skips ``_SUCCESS`` and ``.crc`` files; subdirectories are not
-    entered) or a glob (``*``, ``?``, ``[``).  A URI that matches nothing is a
+    entered) or a glob (``*``, ``?``, ``[``).  A path that exists as written is that path, even
+    with ``*?[`` in its name: a pattern is expanded only when no such path exists (to glob where
+    a same-named path exists, list the files, comma-separated).  A URI that matches nothing is a
     ``FileNotFoundError`` naming it.
 
 Compression (:func:`open_input`)
@@ -81,8 +83,10 @@ def list_inputs(uris: str | Iterable[str]) -> list[InputFile]:
 
 
 def is_glob(uri: str) -> bool:
-    """Whether ``uri`` is a glob pattern (``*``, ``?``, ``[...]``)."""
-    return any(c in uri for c in "*?[")
+    """Whether ``uri`` is a glob pattern (``*``, ``?``, ``[...]``) and not a path that exists as
+    written: a name the user gave literally is used literally (``in[1]/a.csv`` is that file when it
+    exists, never ``in1/a.csv``); only a pattern that names no existing path is expanded."""
+    return any(c in uri for c in "*?[") and not fs.exists(uri)
 
 
 def hidden(uri: str) -> bool:

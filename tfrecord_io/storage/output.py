@@ -31,6 +31,7 @@ from typing import Iterable
 
 from tfrecord_io.core.checksum import format_crc
 from tfrecord_io.storage import fs, lease
+from tfrecord_io.storage.inputs import is_glob
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, TFRecordWriter, extension_for, normalize_compression
 from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
                                        read_index)
@@ -137,8 +138,7 @@ def check_output_apart(output: str, input_uris: Iterable[str], input_paths: Iter
     """
     out_fs, out = _canonical(output)
     for given in (*input_uris, *input_paths):
-        glob = any(c in given for c in "*?[")
-        if glob:  # the files it matched are among input_paths
+        if is_glob(given):  # the files it matched are among input_paths
             continue
         in_fs, path = _canonical(given)
         if in_fs != out_fs:
