@@ -170,6 +170,22 @@ def test_secure_handle_describes_the_cluster(secure_hdfs):
     assert refused.value.code in (401, 403)
 
 
+def test_keytabs_and_ticket_caches_are_the_users_alone(secure_hdfs):
+    """0600 files in a 0700 directory, whatever the umask; and, run as another local user
+    (``nobody``, when the suite runs as root), neither the keytab nor the ticket cache can be read."""
+    k = secure_hdfs.kerberos
+    kdir = secure_hdfs.base_dir / "kerberos"
+    assert kdir.stat().st_mode & 0o777 == 0o700
+    for f in (k.keytab, k.ticket_cache, k.expired_ticket_cache, k.service_keytab, k.guest_keytab,
+              k.rejected_keytab):
+        assert f.stat().st_mode & 0o777 == 0o600, f"{f}: {oct(f.stat().st_mode & 0o777)}"
+    if os.geteuid() != 0:
+        return  # (another user's view needs root to become one; the modes above are what it would meet)
+    for f in (k.keytab, k.ticket_cache, k.service_keytab):
+        proc = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(f)], capture_output=True, timeout=30)
+        assert proc.returncode != 0 and b"Permission denied" in proc.stderr, (f, proc.stderr)
+
+
 def test_the_exported_environment_is_enough(secure_hdfs):
     offset = secure_hdfs.log_path.stat().st_size
     base = f"/env-{uuid.uuid4().hex}"

@@ -584,6 +584,8 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
                             "HADOOP_TOKEN_FILE_LOCATION", "JAVA_TOOL_OPTIONS", "KRB5_CONFIG",
                             "KRB5CCNAME")}
         (base / "tmp").mkdir(exist_ok=True)  # also the JVM's (Jetty's) temp dir
+        if kerberos:  # keytabs and ticket caches: the user's alone, from before the JVM writes one
+            _private_dir(base / "kerberos")
         cmd = [java, *_JVM_OPTS, *([_SASL_LOG_OPT] if kerberos else []),
                f"-Djava.io.tmpdir={base / 'tmp'}",
                "-cp", f"{jars}/*", str(_HERE / "MiniHdfs.java"),
@@ -606,6 +608,8 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
                 stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
         try:
             handle = _wait_ready(base, proc, timeout)
+            if kerberos:
+                _private_files(base / "kerberos")
             _write_conf(handle, block_size)
             if yarn:
                 start_yarn(handle, base / "yarn", conf_dir=handle.conf_dir, timeout=timeout,
@@ -616,6 +620,19 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
     if detach:  # the handle must not own the process, or its stop/GC would take it down
         object.__setattr__(handle, "_proc", None)
     return handle
+
+
+def _private_dir(path: Path) -> None:
+    """``path``, created 0700 whatever the umask (another local user must not list or read it)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+
+
+def _private_files(root: Path) -> None:
+    """Every file under ``root`` 0600 and every directory 0700: keytabs, ticket caches and the
+    KDC's work files are credentials (the JVM writes them with the umask's modes)."""
+    for p in root.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
 
 
 def _wait_ready(base: Path, proc: subprocess.Popen, timeout: float) -> LocalHdfs:
