@@ -423,8 +423,7 @@ class ShardReader:
                                      verify=self.verify):
                 self.records_read += 1
                 yield item
-            while reader.read(_READ_REST):  # bytes past the record stream (a gzip tail): in the checksum too
-                pass
+            reader.drain()  # bytes past the record stream (a gzip tail): in the checksum too
             self.bytes_read, self.crc32c, self.complete = reader.bytes_read, reader.crc32c, True
 
     def mismatch(self) -> ShardMismatchError | None:
@@ -432,9 +431,6 @@ class ShardReader:
         if not self.complete:
             return None
         return shard_mismatch(self.file, records=self.records_read, nbytes=self.bytes_read, crc32c=self.crc32c)
-
-
-_READ_REST = 1 << 20
 
 
 def iter_file_records(file: SourceFile, *, verify: bool = True, report=None,

@@ -17,7 +17,7 @@ from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.shard_cache import ShardCache
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
-from tfrecord_io.core.checksum import extend
+from tfrecord_io.core.checksum import file_crc32c
 from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize, _local_path
 from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
     MAX_RANGE_RECORDS, _LENGTH)
@@ -165,7 +165,6 @@ def _walk_headers(mm, size: int, pos: int, count: int, byte_limit: int | None):
 
 
 _NOTHING = np.zeros([0], dtype=object)
-_CRC_READ = 4 << 20
 
 
 class _SegmentChecker:
@@ -218,9 +217,7 @@ class _SegmentChecker:
             if self.table.content_checked(key):
                 return
             fh.seek(0)
-            crc = nread = 0
-            while chunk := fh.read(_CRC_READ):
-                crc, nread = extend(crc, chunk), nread + len(chunk)
+            crc, nread = file_crc32c(fh)
         problem = shard_mismatch(f, nbytes=nread, crc32c=crc)
         if problem is not None:
             raise problem

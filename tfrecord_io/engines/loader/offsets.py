@@ -18,7 +18,7 @@ from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecord
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
-from tfrecord_io.core.checksum import extend
+from tfrecord_io.core.checksum import file_crc32c
 from tfrecord_io.engines.loader.files import _FileTable, _local_path
 from tfrecord_io.engines.loader.options import _HEADER, _U32
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
@@ -82,16 +82,13 @@ def _check_content(fd: int, f) -> None:
     if f.bytes is None and f.crc32c is None:
         return
     size = os.fstat(fd).st_size
-    crc = 0
+    crc = None
     if f.crc32c is not None and (f.bytes is None or size == f.bytes):
-        for pos in range(0, size, _CRC_READ):
-            crc = extend(crc, os.pread(fd, _CRC_READ, pos))
-    problem = shard_mismatch(f, nbytes=size, crc32c=crc if f.crc32c is not None else None)
+        with open(fd, "rb", closefd=False) as fh:  # (the reads after are preads: the offset is no matter)
+            crc, _ = file_crc32c(fh)
+    problem = shard_mismatch(f, nbytes=size, crc32c=crc)
     if problem is not None:
         raise problem
-
-
-_CRC_READ = 4 << 20
 
 
 class _RecordReader:
