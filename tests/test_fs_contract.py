@@ -291,6 +291,19 @@ class TestFileSystemContract:
         with pytest.raises(FileExistsError):
             fs.makedirs(f)
 
+    def test_permission_and_chmod(self, backend):
+        f, d = fs.join(backend.root, "perm", "f.txt"), fs.join(backend.root, "perm")
+        _write(f, b"x")
+        for mode in (0o640, 0o600, 0o644):
+            fs.chmod(f, mode)
+            assert fs.permission(f) == mode
+        fs.chmod(d, 0o750)
+        assert fs.permission(d) == 0o750
+        missing = fs.join(backend.root, "perm", "missing")
+        for op in (lambda: fs.permission(missing), lambda: fs.chmod(missing, 0o600)):
+            with pytest.raises(FileNotFoundError, match="missing"):
+                op()
+
     def test_missing_and_wrong_kind_errors_name_the_uri(self, backend):
         missing = fs.join(backend.root, "nope", "missing.bin")
         for call in (lambda: fs.open(missing), lambda: fs.size(missing)):

@@ -118,8 +118,10 @@ def test_overwrite_removes_indexes_that_tfrecord_io_index_added(tmp_path):
     out = str(tmp_path / "out")
     output.write_output(out, [[batch(0, 10)], [batch(10, 10)]], schema=SCHEMA, engine="test")
     assert cli.main(["index", out, "--format", "dali"]) == 0  # _index/dali/ for DALI users
-    output.prepare_output(out, overwrite=True)  # _index is tfrecord-io's own: removed, never "foreign"
-    assert sorted(p.name for p in Path(out).iterdir()) == ["_temporary"]
+    output.prepare_output(out, overwrite=True)  # _index is tfrecord-io's own, never "foreign"; kept until the commit
+    assert (Path(out) / "_index" / "dali").is_dir() and (Path(out) / output.SUCCESS).exists()
+    output.write_output(out, [[batch(0, 5)]], schema=SCHEMA, engine="test")  # the commit replaces it all
+    assert sorted(p.name for p in Path(out).iterdir()) == ["_SUCCESS", "_manifest.json", output.shard_name(0, 1)]
 
 
 def test_the_writer_hands_every_length_to_the_index_in_order():

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfrecord_io.storage import fs
+from tfrecord_io.storage import fs, lease
 from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.checksum import format_crc
@@ -336,7 +336,9 @@ def _manifest_problems(source: Source) -> list[Problem]:
     for name in source.extra_entries:
         out.append(Problem("manifest", f"a file beside {MANIFEST} that it does not list", name))
     if fs.exists(fs.join(source.uri, TEMPORARY)):
-        out.append(Problem("manifest", "left behind by a job (a committed output has none)", TEMPORARY))
+        held = lease.read_lease(source.uri)
+        if held is None or held.state() != "live":  # (a live run stages its replacement beside this output)
+            out.append(Problem("manifest", "left behind by a job (a committed output has none)", TEMPORARY))
     totals = m.get("totals") or {}
     listed = sum(f.records or 0 for f in source.files)
     if "records" in totals and totals["records"] != listed:

@@ -16,6 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from tfrecord_io.storage.permissions import parse_umask
 from tfrecord_io.storage.output import DEFAULT_MAX_REJECT_FRACTION
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage.schema_io import load_schema
@@ -106,6 +107,11 @@ class ConversionOptions:
         ``partition_feature_name``); None (default): the whole record.
     bytes_per_shard: input bytes per shard when ``num_shards`` is None (default 128 MiB).
     block_size: bytes parsed at a time per file (default 4 MiB; a CSV record must fit in one).
+    umask: what the output's files and directories may be read by, as Hadoop's
+        ``fs.permissions.umask-mode``: ``"027"`` (or ``0o027``) gives files ``rw-r-----`` and
+        directories ``rwxr-x---``; None (default): the process's umask for local outputs, Hadoop's
+        ``022`` for HDFS.  The rejects are never more readable than the input they quote
+        (:mod:`tfrecord_io.storage.permissions`).
     """
 
     inputs: tuple[str, ...]
@@ -129,6 +135,7 @@ class ConversionOptions:
     partition_by: tuple[str, ...] = ()
     bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
     block_size: int = DEFAULT_BLOCK_SIZE
+    umask: int | str | None = None
 
     def __post_init__(self) -> None:
         from tfrecord_io.core.framing import check_compression_level, normalize_compression
@@ -145,6 +152,10 @@ class ConversionOptions:
             raise ValueError("no schema given (--schema PATH_OR_URI)")
         if not self.output or not str(self.output).strip():
             raise ValueError("no output given (--output URI)")
+        if isinstance(self.umask, str):
+            object.__setattr__(self, "umask", parse_umask(self.umask))
+        elif self.umask is not None and not (isinstance(self.umask, int) and 0 <= self.umask <= 0o777):
+            raise ValueError(f"--umask must be an octal umask such as 0o022, got {self.umask!r}")
         object.__setattr__(self, "output", _absolute(str(self.output).strip().rstrip("/") or "/"))
         if self.record_type is not None and self.record_type not in ("example", "sequence_example"):
             raise ValueError(f"--record-type must be example or sequence_example, got {self.record_type!r}")
@@ -248,6 +259,14 @@ class ConversionOptions:
         return schema
 
 
+def _umask_arg(text: str) -> int:
+    try:
+        return parse_umask(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an octal umask such as 022 or 077 (as Hadoop's "
+                                         f"fs.permissions.umask-mode), got {text!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The conversion's flags, for every command line that runs one."""
     parser.add_argument("--input", required=True, metavar="URI[,URI...]",
@@ -297,6 +316,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "output; the feature stays in the records (make_dataset(..., partitions=) selects)")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, metavar="BYTES",
                         help="bytes parsed at a time per file (a CSV record must fit in one block)")
+    parser.add_argument("--umask", type=_umask_arg, default=None, metavar="OCTAL",
+                        help="what the output may be read by, as Hadoop's fs.permissions.umask-mode: 027 gives "
+                             "files rw-r----- and directories rwxr-x--- (default: the process umask; 022 on "
+                             "HDFS). The rejects are never more readable than the input they quote")
 
 
 def from_args(args: argparse.Namespace) -> ConversionOptions:
@@ -310,4 +333,4 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
         ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, shards=args.shards,
         split=args.split, partition_by=args.partition_by or (),
         split_by=args.split_by,
-        block_size=args.block_size)
+        block_size=args.block_size, umask=args.umask)

@@ -31,7 +31,8 @@ from tfrecord_io.conversion import columns
 from tfrecord_io.conversion.options import TEXT_FORMATS, ConversionOptions, default_num_shards
 from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core.schema import Schema, SchemaError
-from tfrecord_io.storage import inputs, output
+from tfrecord_io.storage import inputs, output, permissions
+from tfrecord_io.storage.permissions import Permissions
 from tfrecord_io.storage.inputs import InputFile
 
 __all__ = ["RESERVED_PREFIX", "Plan", "plan_conversion"]
@@ -52,6 +53,8 @@ class Plan:
         one per read split; Spark's own formats).
     headers: CSV with a header: each input file's column names.
     job_id: names this run's task attempts under ``_temporary/``.
+    permissions: the modes of what the conversion writes: ``--umask``, and rejects no more
+        readable than the input files (:mod:`tfrecord_io.storage.permissions`).
     """
 
     options: ConversionOptions
@@ -61,6 +64,7 @@ class Plan:
     num_shards: int | None
     headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    permissions: Permissions = field(default_factory=Permissions)
 
     @property
     def output(self) -> str:
@@ -79,7 +83,8 @@ class Plan:
         output with its ``_temporary``; ``input_paths`` for Spark's own formats (the files Spark read)."""
         o = self.options
         output.prepare_output(o.output, overwrite=o.overwrite, inputs=self._given_inputs(),
-                              input_paths=self.input_paths if input_paths is None else input_paths)
+                              input_paths=self.input_paths if input_paths is None else input_paths,
+                              permissions=self.permissions)
 
     def _given_inputs(self) -> tuple[str, ...]:
         return () if self.options.input_format == "table" else self.options.inputs  # a table name is no path
@@ -107,7 +112,7 @@ def plan_conversion(options: ConversionOptions) -> Plan:
     if options.input_format not in TEXT_FORMATS:  # Spark lists and types them
         output.check_output(options.output, overwrite=options.overwrite,
                             inputs=() if options.input_format == "table" else options.inputs)
-        return Plan(options, schema, splits, inputs=(), num_shards=None)
+        return Plan(options, schema, splits, inputs=(), num_shards=None, permissions=Permissions(options.umask))
     listed = tuple(inputs.list_inputs(options.inputs))
     found = columns.input_columns([f.path for f in listed], schema, options.input_format, options.multiline)
     columns.check_columns(schema, found, input_format=options.input_format,
@@ -119,4 +124,5 @@ def plan_conversion(options: ConversionOptions) -> Plan:
         options.num_shards or default_num_shards(sum(f.size for f in listed), options.bytes_per_shard))
     output.check_output(options.output, overwrite=options.overwrite, inputs=options.inputs,
                         input_paths=[f.path for f in listed])
-    return Plan(options, schema, splits, listed, num_shards, headers)
+    return Plan(options, schema, splits, listed, num_shards, headers,
+                permissions=permissions.for_inputs([f.path for f in listed], options.umask))

@@ -101,6 +101,7 @@ from tfrecord_io.conversion.plan import Plan, plan_conversion
 from tfrecord_io.core.codec import encode_examples, present_counts
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.storage import fs, output
+from tfrecord_io.storage.replace import CommitError
 
 __all__ = [
     "ConversionOptions", "ConversionResult", "JAVA_RUNNER_OPTIONS", "METRICS_NAMESPACE", "Plan",
@@ -672,7 +673,8 @@ def run_conversion(plan: Plan | ConversionOptions, options: PipelineOptions | No
             raise  # _temporary stays, with the rejects to look at
         except Exception as e:
             output.abort(conv.output)
-            raise ConversionError(f"the commit of {conv.output} failed: {e}") from e
+            raise ConversionError(str(e) if isinstance(e, CommitError)
+                                  else f"the commit of {conv.output} failed: {e}") from e
         except BaseException:
             output.abort(conv.output)
             raise
@@ -714,11 +716,12 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
                 totals.present = output.sum_present(d.get("present") for d in report if d["kind"] == "records")
             manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
                                      compression=conv.compression, engine="beam",
-                                     max_reject_fraction=conv.max_reject_fraction)
+                                     max_reject_fraction=conv.max_reject_fraction, permissions=job.plan.permissions)
         else:
             manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
                                             schema=job.schema, compression=conv.compression, engine="beam",
-                                            max_reject_fraction=conv.max_reject_fraction)
+                                            max_reject_fraction=conv.max_reject_fraction,
+                                            permissions=job.plan.permissions)
     except output.RejectLimitExceeded:
         log.error("beam conversion %s -> %s FAILED on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
         raise

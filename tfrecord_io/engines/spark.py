@@ -133,6 +133,7 @@ from tfrecord_io.core import codec
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage.partitions import partition_codes
 from tfrecord_io.storage import fs, inputs, output
+from tfrecord_io.storage.replace import CommitError
 
 __all__ = ["ConversionOptions", "Plan", "ReadStage", "WriteStage", "package_zip", "run_conversion"]
 
@@ -198,7 +199,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     # rejects in it) for inspection, as the message says.
     output.check_reject_fraction(totals, options.max_reject_fraction, out)
     common = dict(schema=plan.schema, compression=options.compression, engine="spark",
-                  max_reject_fraction=options.max_reject_fraction)
+                  max_reject_fraction=options.max_reject_fraction, permissions=plan.permissions)
     try:
         if options.partition_by:
             by_name = {f.name: f for f in plan.schema.features}
@@ -212,7 +213,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     except output.RejectLimitExceeded:
         raise
     except Exception as e:
-        raise ConversionError(f"the commit of {out} failed: {e}") from e
+        raise ConversionError(str(e) if isinstance(e, CommitError) else f"the commit of {out} failed: {e}") from e
     manifest = dict(manifest)
     manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": plan.input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}

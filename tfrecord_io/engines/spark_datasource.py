@@ -84,6 +84,7 @@ from tfrecord_io.engines.reader_options import check_feature_names
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
                                                column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, lease, output
+from tfrecord_io.storage.permissions import Permissions, parse_umask
 from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes, prune
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.storage.sources import infer_files_schema
@@ -141,6 +142,7 @@ class _Writer(DataSourceArrowWriter):
     columns: tuple[ColumnSource, ...] = ()  # where each feature's values are (spark_columns.column_plan)
     level: int = 6  # zlib's level for gzip / zlib (option compressionLevel)
     partition_by: tuple[dict, ...] = ()  # option("partitionBy"): [{"name", "type"}] (storage.partitions)
+    permissions: Permissions = Permissions()  # option("umask"): the modes of what is committed
     arrow: pa.Schema = field(init=False)
 
     def __post_init__(self):
@@ -245,7 +247,7 @@ class _Writer(DataSourceArrowWriter):
             totals.records += m.records
             totals.rejected += m.rejected
         common = dict(schema=self.schema, compression=self.compression, engine="spark-datasource",
-                      max_reject_fraction=self.max_reject_fraction)
+                      max_reject_fraction=self.max_reject_fraction, permissions=self.permissions)
         if self.partition_by:
             output.commit_partitions(self.path, list(self.partition_by), files, rejects, totals, **common)
         elif self.splits is None:
@@ -405,7 +407,7 @@ class TFRecordDataSource(DataSource):
         try:
             # (the writer runs in a short-lived Python worker: the lease is held by convert_dataframe's
             # driver when it writes through here, else by this worker while it lives)
-            output.prepare_output(w.path, overwrite=overwrite, run=w.lease_run)
+            output.prepare_output(w.path, overwrite=overwrite, run=w.lease_run, permissions=Permissions(w.umask))
         except FileExistsError as e:
             if overwrite or not fs.isdir(w.path):
                 raise
@@ -413,7 +415,8 @@ class TFRecordDataSource(DataSource):
                                   f".mode('overwrite') to replace a previous conversion's output, or choose another "
                                   f"path") from e
         return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
-                       type(self).faults, column_plan(schema, tf_schema, w.types), w.level, partition_by)
+                       type(self).faults, column_plan(schema, tf_schema, w.types), w.level, partition_by,
+                       Permissions(w.umask))
 
 
 @dataclass(frozen=True)
@@ -435,6 +438,8 @@ class WriterOptions:
         as the job's ``--partition-by`` (:mod:`tfrecord_io.storage.partitions`).
     types: ``decimalAs`` (``float``, ``string``) and ``timestampUnit`` (``microseconds``,
         ``milliseconds``, ``seconds``): :class:`~tfrecord_io.engines.spark_columns.WriteTypes`.
+    umask: ``umask`` (octal, ``027``), as the job's ``--umask``; None: the process's (local) or
+        Hadoop's ``022`` (HDFS).
     """
 
     path: str
@@ -452,6 +457,7 @@ class WriterOptions:
     partition_by: tuple[str, ...] = ()
     types: WriteTypes = WriteTypes()
     lease_run: str | None = None  # internal (``leaseRun``): the run of convert_dataframe holding the lease
+    umask: int | None = None
 
     @classmethod
     def parse(cls, opts: dict) -> "WriterOptions":
@@ -491,7 +497,8 @@ class WriterOptions:
                    partition_by=tuple(c.strip() for c in (opts.get("partitionby") or "").split(",") if c.strip()),
                    types=WriteTypes(decimal_as=opts.get("decimalas", "float").lower(),
                                     timestamp_unit=opts.get("timestampunit", "microseconds").lower()),
-                   lease_run=opts.get("leaserun") or None)
+                   lease_run=opts.get("leaserun") or None,
+                   umask=parse_umask(opts["umask"], "option umask") if opts.get("umask") else None)
 
 
 def _flag(opts: dict, key: str, name: str) -> bool:
@@ -682,6 +689,8 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
               .option("leaseRun", lease.held_here(out) or "")
               .option("compression", options.compression)
               .option("maxRejectFraction", str(options.max_reject_fraction)))
+    if options.umask is not None:
+        writer = writer.option("umask", f"{options.umask:03o}")
     if options.compression != "none":
         writer = writer.option("compressionLevel", str(options.level))
     if options.partition_by:

@@ -117,6 +117,14 @@ class FileSystem:
     def makedirs(self, uri: str, exist_ok: bool = True) -> None:
         raise NotImplementedError
 
+    def permission(self, uri: str) -> int:
+        """The permission bits of ``uri`` (``0o640``)."""
+        raise NotImplementedError
+
+    def chmod(self, uri: str, permission: int) -> None:
+        """Set the permission bits of ``uri`` (``0o640``)."""
+        raise NotImplementedError
+
     def get_file(self, uri: str, local_path: str, *,
                  cancelled: Callable[[], bool] | None = None) -> int:
         """Copy the file at ``uri`` to the local file ``local_path`` (created or truncated).
@@ -319,6 +327,18 @@ class LocalFileSystem(FileSystem):
     def makedirs(self, uri, exist_ok=True):
         try:
             os.makedirs(_local_path(uri), exist_ok=exist_ok)
+        except OSError as e:
+            self._reraise(e, uri)
+
+    def permission(self, uri):
+        st = self._stat(uri)
+        if st is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", uri)
+        return stat.S_IMODE(st.st_mode)
+
+    def chmod(self, uri, permission):
+        try:
+            os.chmod(_local_path(uri), permission)
         except OSError as e:
             self._reraise(e, uri)
 
@@ -557,6 +577,12 @@ class HdfsFileSystem(FileSystem):
         if not exist_ok and self.exists(uri):
             raise FileExistsError(errno.EEXIST, "File exists", uri)
         self._call(uri, self._client(uri).mkdirs, self._path(uri), 0o755, True)
+
+    def permission(self, uri):
+        return int(self._status(uri).permission)
+
+    def chmod(self, uri, permission):
+        self._call(uri, self._client(uri).set_permission, self._path(uri), permission)
 
     def get_file(self, uri, local_path, *, cancelled=None):
         """Copy a whole file in one streamed read (see :meth:`FileSystem.get_file`).
@@ -1008,6 +1034,16 @@ def delete(uri: str, recursive: bool = False) -> None:
 
 def makedirs(uri: str, exist_ok: bool = True) -> None:
     filesystem_for(uri).makedirs(uri, exist_ok)
+
+
+def permission(uri: str) -> int:
+    """The permission bits of ``uri`` (``0o640``)."""
+    return filesystem_for(uri).permission(uri)
+
+
+def chmod(uri: str, permission: int) -> None:
+    """Set the permission bits of ``uri`` (``0o640``)."""
+    filesystem_for(uri).chmod(uri, permission)
 
 
 def get_file(uri: str, local_path: str, *, cancelled: Callable[[], bool] | None = None) -> int:

@@ -17,6 +17,11 @@ index into the manifest (Spark and Beam report only the winning attempt of a tas
 deletes ``_temporary`` with whatever failed or losing attempts left there, and writes
 ``_manifest.json`` and then ``_SUCCESS``.  Readers that wait for ``_SUCCESS`` never see a
 partial output.
+
+``--overwrite`` never destroys first (:mod:`tfrecord_io.storage.replace`): the previous output is
+confirmed against its manifests at the start and stays readable while the job runs; the commit
+sets it aside, moves the new output in, and deletes the previous one only once the new one's
+``_SUCCESS`` is written.  A commit that fails at any step is taken back.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
@@ -32,15 +36,15 @@ from typing import Iterable
 from tfrecord_io.core.checksum import format_crc
 from tfrecord_io.storage import fs, lease
 from tfrecord_io.storage.inputs import is_glob
+from tfrecord_io.storage.manifest import (MANIFEST, MANIFEST_VERSION, MAX_MANIFEST_BYTES, REJECTS, SUCCESS,  # (re-exported)
+                                          read_manifest)
+from tfrecord_io.storage.permissions import Permissions
+from tfrecord_io.storage.replace import PREVIOUS, Commit, check_removable, previous_entries
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, TFRecordWriter, extension_for, normalize_compression
-from tfrecord_io.storage.index import (INDEX_DIR, MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
+from tfrecord_io.storage.index import (MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
                                        read_index)
 
-MANIFEST = "_manifest.json"
-SUCCESS = "_SUCCESS"
-REJECTS = "_rejects"
 TEMPORARY = lease.STAGING  # task attempts write here; the lease on the output lives here too
-MANIFEST_VERSION = 1
 DEFAULT_MAX_REJECT_FRACTION = 0.01
 
 
@@ -87,24 +91,6 @@ class ConversionTotals:
 
 class RejectLimitExceeded(RuntimeError):
     """More of the input was rejected than ``--max-reject-fraction`` allows."""
-
-
-def _owned(name: str) -> bool:
-    """Whether an entry of an output directory is one a conversion writes there."""
-    return name in (MANIFEST, SUCCESS, REJECTS, TEMPORARY, INDEX_DIR) or _SHARD_NAME.fullmatch(name) is not None
-
-
-_SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?")
-
-
-def _previous_splits(output: str) -> set[str]:
-    """The directories that the conversion which wrote ``output`` made there: its splits
-    (``--split``) or the outermost directories of its partitions (``--partition-by``)."""
-    try:
-        manifest = read_manifest(output)
-    except (OSError, ValueError):
-        return set()
-    return set(manifest.get("splits") or ()) | {d.split("/")[0] for d in manifest.get("partitions") or ()}
 
 
 def _canonical(uri: str) -> tuple[str, str]:
@@ -155,52 +141,61 @@ def check_output_apart(output: str, input_uris: Iterable[str], input_paths: Iter
 def check_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
                  input_paths: Iterable[str] = ()) -> list[str]:
     """What :func:`prepare_output` would do, without doing it: raise what it would raise; return the
-    entries of ``output`` it would delete.
+    entries of the previous output that the commit will replace (nothing is deleted before it).
 
     Raises :class:`OutputOverlapsInput` for an output that overlaps an input and
     FileExistsError for an existing output that may not be replaced: without ``overwrite``,
-    or (even with it) when the directory holds anything a conversion does not write
-    (``part-*.tfrecord*``, ``_index``, ``_rejects``, ``_manifest.json``, ``_SUCCESS``, ``_temporary``).
-    A ``_temporary`` is checked against its lease (:func:`_check_staging`): a live run's refuses
-    even ``overwrite``; one a failed run ended is cleared without ``overwrite`` (a run that fails
-    never blocks the next); a killed run's, or one without our lease, needs ``overwrite``.
+    or (even with it) when the directory holds anything that a conversion did not write there and
+    its manifests do not confirm (:func:`tfrecord_io.storage.replace.previous_entries`: a file of
+    someone else's, a manifest that claims what its files do not), and PermissionError for a
+    previous output this user may remove only in part (local disk).  A ``_temporary`` is checked
+    against its lease (:func:`_check_staging`): a live run's refuses even ``overwrite``; one a
+    failed run ended is cleared without ``overwrite`` (a run that fails never blocks the next); a
+    killed run's, or one without our lease, needs ``overwrite``.
     """
+    return _inspect(output, overwrite, inputs, input_paths)[0]
+
+
+def _inspect(output: str, overwrite: bool, inputs: Iterable[str], input_paths: Iterable[str]) -> tuple[list[str], bool]:
+    """:func:`check_output`'s entries, and whether a killed commit left the output half replaced."""
     check_output_apart(output, inputs, input_paths)
     if not fs.exists(output):
-        return []
+        return [], False
     if not fs.isdir(output):
         raise FileExistsError(f"output {output} exists and is a file")
-    entries = fs.ls(output)
-    names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
-    if TEMPORARY in names:
-        _check_staging(output, overwrite)
-    if not entries or names == [TEMPORARY]:
-        return entries
+    names = [e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(output)]
+    interrupted = _check_staging(output, overwrite) if TEMPORARY in names else False
+    if all(n == TEMPORARY for n in names):
+        return [], False
     if not overwrite:
         raise FileExistsError(f"output {output} exists and is not empty; pass --overwrite to replace it")
-    splits = _previous_splits(output) if MANIFEST in names else set()
-    foreign = sorted(n for n in names if not _owned(n) and n not in splits)
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise FileExistsError(
-            f"output {output} holds files that no conversion wrote ({shown}); --overwrite only replaces "
-            f"a previous conversion's output: choose another --output or remove them yourself")
-    return entries
+    previous = previous_entries(output, interrupted=interrupted)
+    check_removable(output, previous)
+    return previous, interrupted
 
 
-def _check_staging(output: str, overwrite: bool) -> None:
+def _check_staging(output: str, overwrite: bool) -> bool:
     """The ``_temporary/`` of an output, against its lease (:mod:`tfrecord_io.storage.lease`):
-    a live run's is never touched; a dead run's, or one with no lease of ours, only with ``overwrite``."""
+    a live run's is never touched; a dead run's, or one with no lease of ours, only with ``overwrite``.
+    True: it is a run of ours whose commit was cut short, with the previous output set aside in it."""
     held = lease.read_lease(output)
     if held is not None and held.run == lease.held_here(output):
-        return  # this process's own run
+        return False  # this process's own run
     state = held.state() if held is not None else None
     if state == "live":
         raise FileExistsError(
             f"output {output} is being written by another conversion ({held.describe()}): two conversions "
             f"to one output would wipe each other's attempts; wait for it to finish, or choose another --output")
+    aside = fs.join(output, TEMPORARY, PREVIOUS)
+    if held is not None and fs.exists(aside):
+        if overwrite:
+            return True
+        raise FileExistsError(
+            f"output {output}: a conversion's commit was cut short ({held.describe()}) while it replaced the "
+            f"previous output, whose files it had set aside under {aside}: the output is neither; pass --overwrite "
+            f"to finish replacing it, or move the files under {aside} back yourself")
     if state == "ended" or overwrite:
-        return
+        return False
     if state == "dead":
         raise FileExistsError(
             f"output {output} holds the staging (_temporary/) of a conversion that died without finishing "
@@ -211,28 +206,35 @@ def _check_staging(output: str, overwrite: bool) -> None:
 
 
 def prepare_output(output: str, *, overwrite: bool, inputs: Iterable[str] = (),
-                   input_paths: Iterable[str] = (), run: str | None = None) -> None:
-    """Check the output against the inputs (:func:`check_output`); delete what a previous conversion
-    wrote there (with ``overwrite``) or a failed run left; create it and its ``_temporary``, and
-    take the output's lease (:mod:`~tfrecord_io.storage.lease`).
+                   input_paths: Iterable[str] = (), run: str | None = None,
+                   permissions: Permissions | None = None) -> None:
+    """Check the output against the inputs and what it holds (:func:`check_output`), clear the
+    ``_temporary`` a failed or killed run left, create the output and its ``_temporary``, and take
+    the output's lease (:mod:`~tfrecord_io.storage.lease`).  A previous output stays, readable,
+    until the commit replaces it; only one that a killed commit left half replaced is cleared now.
 
     ``run``: the lease is the one run ``run`` holds (another process of the same conversion: the
-    driver of ``convert_dataframe`` for its data source's writer); it is kept, not taken."""
+    driver of ``convert_dataframe`` for its data source's writer); it is kept, not taken.
+    ``permissions``: the output directory, when this creates it, takes their directory mode, and
+    ``_temporary`` their staging mode (:mod:`~tfrecord_io.storage.permissions`)."""
     if run is not None:
         held = lease.read_lease(output)
         if held is None or held.run != run or held.state() != "live":
             raise RuntimeError(f"output {output}: the lease of run {run} is gone ({held.describe() if held else 'none'})")
         return
-    for entry in check_output(output, overwrite=overwrite, inputs=inputs, input_paths=input_paths):
+    previous, interrupted = _inspect(output, overwrite, inputs, input_paths)
+    staging = fs.join(output, TEMPORARY)
+    if fs.exists(staging):
+        fs.delete(staging, recursive=True)
+    for entry in previous if interrupted else ():
         fs.delete(entry, recursive=True)
-    fs.makedirs(fs.join(output, TEMPORARY))
+    created = not fs.exists(output)
+    fs.makedirs(staging)
+    if permissions is not None:
+        if created:
+            fs.chmod(output, permissions.dir_mode(output))
+        fs.chmod(staging, permissions.staging_mode(output))
     lease.hold(output)
-
-
-def _end_staging(output: str) -> None:
-    """The commit's end of ``_temporary`` (its lease with it)."""
-    lease.release(output, ended=False)
-    fs.delete(fs.join(output, TEMPORARY), recursive=True)
 
 
 def abort(output: str) -> None:
@@ -241,6 +243,8 @@ def abort(output: str) -> None:
     temporary = fs.join(output, TEMPORARY)
     lease.release(output, ended=True)  # (what cannot be removed, the next run may)
     try:
+        if fs.exists(fs.join(temporary, PREVIOUS)):  # a commit that could not be taken back said where it is
+            return
         if fs.exists(temporary):
             fs.delete(temporary, recursive=True)
     except OSError as e:
@@ -304,28 +308,34 @@ def check_reject_fraction(totals: ConversionTotals, max_reject_fraction: float, 
 
 
 def commit(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
-           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+           schema, compression: str, engine: str, max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
+           permissions: Permissions | None = None) -> dict:
     """Move the winning attempts' files into place, then write ``_manifest.json`` and ``_SUCCESS``.
 
     ``files`` must hold exactly one entry per shard.  Raises ``RejectLimitExceeded`` (and
     commits nothing) when too much was rejected.  ``totals.present`` (records holding each
     feature, :func:`tfrecord_io.core.codec.present_counts`) goes into the manifest when known.
+    ``permissions``: the modes of what is committed (:mod:`~tfrecord_io.storage.permissions`;
+    None: as the files were created).
     """
     _check_files(files, totals.records)
     check_reject_fraction(totals, max_reject_fraction, output)
     indexes = _indexes(files)
-    _move(output, [*files, *rejects])
-    _end_staging(output)
     manifest = _manifest(engine, schema, compression, files, rejects, totals, indexes)
     if totals.present is not None:
         manifest["present"] = dict(totals.present)
-    _finish(output, manifest)
+    with Commit(output) as c:
+        c.set_aside()
+        _move(c, output, [*files, *rejects], permissions)
+        _finish(c, output, manifest, permissions)
+    c.finish()
     return manifest
 
 
 def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[WrittenFile],
                   totals: ConversionTotals, *, schema, compression: str, engine: str,
-                  max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+                  max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
+                  permissions: Permissions | None = None) -> dict:
     """The commit of a split output (``--split``): ``<output>/<split>/`` is a complete output of its
     own (shards, ``_manifest.json``, ``_SUCCESS``) for each of ``splits.names``; the rejects, a
     manifest of the whole and ``_SUCCESS`` go at the top, ``_SUCCESS`` last of all.
@@ -340,31 +350,34 @@ def commit_splits(output: str, splits, files: list[WrittenFile], rejects: list[W
         if name not in by_split or not rest:
             raise RuntimeError(f"a shard of no split: {f.final_name}")
         by_split[name].append(f)
-    for name in splits.names:
-        fs.makedirs(fs.join(output, name))
     indexes = _indexes(files)
-    _move(output, [*files, *rejects])
-    _end_staging(output)
-    summary = {}
-    for name, split_files in by_split.items():
-        n = sum(f.records for f in split_files)
-        local = [replace(f, final_name=f.final_name.partition("/")[2]) for f in split_files]
-        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
-                             {f.final_name.partition("/")[2]: indexes[f.final_name] for f in split_files})
-        manifest["split"] = {"name": name, **splits.to_dict()}
-        _finish(fs.join(output, name), manifest)
-        summary[name] = {"records": n, "files": len(split_files)}
-    top = _manifest(engine, schema, compression, [], rejects, totals, {})
-    del top["files"], top["index"]
-    top["splits"] = summary
-    top["split_config"] = splits.to_dict()
-    _finish(output, top)
+    with Commit(output) as c:
+        c.set_aside()
+        for name in splits.names:
+            c.makedirs(fs.join(output, name), permissions and permissions.dir_mode(output))
+        _move(c, output, [*files, *rejects], permissions)
+        summary = {}
+        for name, split_files in by_split.items():
+            n = sum(f.records for f in split_files)
+            local = [replace(f, final_name=f.final_name.partition("/")[2]) for f in split_files]
+            manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
+                                 {f.final_name.partition("/")[2]: indexes[f.final_name] for f in split_files})
+            manifest["split"] = {"name": name, **splits.to_dict()}
+            _finish(c, fs.join(output, name), manifest, permissions)
+            summary[name] = {"records": n, "files": len(split_files)}
+        top = _manifest(engine, schema, compression, [], rejects, totals, {})
+        del top["files"], top["index"]
+        top["splits"] = summary
+        top["split_config"] = splits.to_dict()
+        _finish(c, output, top, permissions)
+    c.finish()
     return top
 
 
 def commit_partitions(output: str, partition_by: list[dict], files: list[WrittenFile], rejects: list[WrittenFile],
                       totals: ConversionTotals, *, schema, compression: str, engine: str,
-                      max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION) -> dict:
+                      max_reject_fraction: float = DEFAULT_MAX_REJECT_FRACTION,
+                      permissions: Permissions | None = None) -> dict:
     """The commit of a partitioned output (:mod:`tfrecord_io.storage.partitions`).
 
     ``files``' final names are ``<partition dir>/<task key>`` (``cut=Ideal/00003``), one per task
@@ -386,27 +399,29 @@ def commit_partitions(output: str, partition_by: list[dict], files: list[Written
     _check_files(named, totals.records)
     check_reject_fraction(totals, max_reject_fraction, output)
     indexes = _indexes(named)
-    for d in by_dir:
-        fs.makedirs(fs.join(output, d))
-    _move(output, [*named, *rejects])
-    _end_staging(output)
-    summary = {}
-    for d in by_dir:
-        mine = [f for f in named if f.final_name.rpartition("/")[0] == d]
-        n = sum(f.records for f in mine)
-        local = [replace(f, final_name=f.final_name.rpartition("/")[2]) for f in mine]
-        manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
-                             {f.final_name.rpartition("/")[2]: indexes[f.final_name] for f in mine})
-        values = parse_partition_path(d + "/x")
-        manifest["partition"] = values
-        _finish(fs.join(output, d), manifest)
-        summary[d] = {"values": values, "records": n, "files": len(mine)}
-    top = _manifest(engine, schema, compression, named, rejects, totals, indexes)
-    if totals.present is not None:
-        top["present"] = dict(totals.present)
-    top["partition_by"] = list(partition_by)
-    top["partitions"] = summary
-    _finish(output, top)
+    with Commit(output) as c:
+        c.set_aside()
+        for d in by_dir:
+            c.makedirs(fs.join(output, d), permissions and permissions.dir_mode(output))
+        _move(c, output, [*named, *rejects], permissions)
+        summary = {}
+        for d in by_dir:
+            mine = [f for f in named if f.final_name.rpartition("/")[0] == d]
+            n = sum(f.records for f in mine)
+            local = [replace(f, final_name=f.final_name.rpartition("/")[2]) for f in mine]
+            manifest = _manifest(engine, schema, compression, local, [], ConversionTotals(n, n, 0),
+                                 {f.final_name.rpartition("/")[2]: indexes[f.final_name] for f in mine})
+            values = parse_partition_path(d + "/x")
+            manifest["partition"] = values
+            _finish(c, fs.join(output, d), manifest, permissions)
+            summary[d] = {"values": values, "records": n, "files": len(mine)}
+        top = _manifest(engine, schema, compression, named, rejects, totals, indexes)
+        if totals.present is not None:
+            top["present"] = dict(totals.present)
+        top["partition_by"] = list(partition_by)
+        top["partitions"] = summary
+        _finish(c, output, top, permissions)
+    c.finish()
     return top
 
 
@@ -453,11 +468,14 @@ def _check_files(files: list[WrittenFile], records: int) -> None:
         raise RuntimeError(f"the shard files hold {sum(f.records for f in files)} records, the job counted {records}")
 
 
-def _move(output: str, files: list[WrittenFile]) -> None:
+def _move(commit: Commit, output: str, files: list[WrittenFile], permissions: Permissions | None) -> None:
+    p = permissions
     if any(f.final_name.startswith(REJECTS + "/") for f in files):  # renames do not create parents
-        fs.makedirs(fs.join(output, REJECTS))
+        commit.makedirs(fs.join(output, REJECTS), p and p.rejects_dir_mode(output))
     for f in files:
-        fs.rename(f.temp_path, fs.join(output, f.final_name))
+        mode = None if p is None else p.rejects_file_mode(output) if f.final_name.startswith(REJECTS + "/") \
+            else p.file_mode(output)
+        commit.rename(f.temp_path, fs.join(output, f.final_name), mode)
 
 
 def _indexes(files: list[WrittenFile]) -> dict[str, str]:
@@ -505,12 +523,11 @@ def _file_entry(f: WrittenFile) -> dict:
     return entry
 
 
-def _finish(directory: str, manifest: dict) -> None:
+def _finish(commit: Commit, directory: str, manifest: dict, permissions: Permissions | None) -> None:
     """``_manifest.json``, then ``_SUCCESS``."""
-    with fs.open(fs.join(directory, MANIFEST), "wb") as f:
-        f.write(json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8"))
-    with fs.open(fs.join(directory, SUCCESS), "wb"):
-        pass
+    mode = None if permissions is None else permissions.file_mode(directory)
+    commit.write(fs.join(directory, MANIFEST), json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8"), mode)
+    commit.write(fs.join(directory, SUCCESS), b"", mode)
 
 
 def write_split_shards(batches: Iterable, output: str, attempt: str, final_names: list[str],
@@ -573,30 +590,6 @@ def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compres
     n = sum(w.records for w in written)
     return commit(output_dir, written, [], ConversionTotals(input_rows=n, records=n, rejected=0), schema=schema,
                   compression=compression, engine=engine)
-
-
-MAX_MANIFEST_BYTES = 256 << 20  # ~2 million files; anything bigger is not a manifest
-
-
-def read_manifest(output: str) -> dict:
-    """The ``_manifest.json`` of a committed output (FileNotFoundError naming it when absent;
-    ValueError naming it when it is not a manifest), read in bounded time and memory."""
-    path = fs.join(output, MANIFEST)
-    with fs.open(path, "rb") as f:
-        data = f.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest")
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
-    except RecursionError as e:
-        raise ValueError(f"{path}: nested too deeply to be a manifest") from e
-    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_VERSION:
-        version = manifest.get("format_version") if isinstance(manifest, dict) else None
-        raise ValueError(f"{path}: not a tfrecord-io manifest (format_version {str(version)[:40]}, expected "
-                         f"{MANIFEST_VERSION})")
-    return manifest
 
 
 def written_file_dict(f: WrittenFile) -> dict:
