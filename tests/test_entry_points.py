@@ -116,7 +116,8 @@ CASES = {
         r"wrote 4 sequence_example records from 6 input rows in 1 files; 0 of 6 input rows rejected",
         {"record_type": "sequence_example", "totals": {"input_rows": 6, "records": 4, "rejected": 0,
                                                        "rows_in_records": 6}}),
-    "a JSON array, multiline": (["--format", "json", "--multiline", "--shards", "even"], "array.json", "s.yaml", False,
+    "a JSON array, multiline": (["--format", "json", "--multiline", "--shards", "even", "--max-record-bytes", "1m"],
+                                "array.json", "s.yaml", False,
                                 r"wrote 3 example records in 1 files; 0 of 3 input rows rejected",
                                 {"totals": {"input_rows": 3, "records": 3, "rejected": 0}}),
     "partitioned by a feature": (["--format", "csv", "--partition-by", "id", "--max-reject-fraction", "0.5"],
@@ -125,7 +126,8 @@ CASES = {
                                  r"1 of 25 input rows rejected",
                                  {"partition_by": [{"name": "id", "type": "int64"}],
                                   "totals": {"input_rows": 25, "records": 24, "rejected": 1}}),
-    "parquet, a shard per split": (["--format", "parquet", "--shards", "input"], "trips.parquet", "s.yaml", True,
+    "parquet, a shard per split": (["--format", "parquet", "--shards", "input", "--umask", "027"], "trips.parquet",
+                                   "s.yaml", True,
                                    r"wrote 5 example records in \d+ files; 0 of 5 input rows rejected",
                                    {"totals": {"input_rows": 5, "records": 5, "rejected": 0}}),
 }
@@ -179,6 +181,11 @@ def test_every_option_through_every_entry_point(inputs, entry):
         done = json.loads([ln for ln in proc.stdout.splitlines() if '"tfrecord-io-done"' in ln][-1])
         assert done["totals"] == manifest["totals"]
         assert (out / "_SUCCESS").exists()
+        if "--umask" in options:  # what the output may be read by: rw-r----- files in an rwxr-x--- directory
+            import stat
+
+            got = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.iterdir()]}
+            assert got == {**{n: 0o640 for n in got}, out.name: 0o750}, f"{entry}, {name}: modes {got}"
         if "--compression-level" in options:  # gzip's header says the level reached the writer (XFL 4: fastest)
             shard = sorted((out / "train").glob("part-*.gz"))[0].read_bytes()
             assert shard[:3] == b"\x1f\x8b\x08" and shard[8] == 4, f"{entry}, {name}: header {shard[:10]!r}"

@@ -27,6 +27,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Mapping
 
+from tfrecord_io.conversion.options import DEFAULT_MAX_RECORD_BYTES
 from tfrecord_io.storage import inputs
 from tfrecord_io.core.schema import Schema, SchemaError
 
@@ -34,7 +35,6 @@ __all__ = ["ColumnMismatch", "JSON_SAMPLE_BYTES", "check_columns", "input_column
            "sample_json_keys"]
 
 JSON_SAMPLE_BYTES = 1 << 20
-MAX_FIRST_LINE_BYTES = 256 << 20
 _SHOWN_FILES = 3
 
 
@@ -56,22 +56,26 @@ def read_headers(files: Iterable[str], schema: Schema, multiline: bool = False) 
         return dict(zip(files, pool.map(peek, files)))
 
 
-def sample_json_keys(files: Iterable[str], multiline: bool = False) -> dict[str, set[str]]:
+def sample_json_keys(files: Iterable[str], multiline: bool = False,
+                     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> dict[str, set[str]]:
     """The keys of the JSON objects in the first :data:`JSON_SAMPLE_BYTES` of each file (lines
-    that do not parse are skipped: they become rejects when converted)."""
+    that do not parse, or are not objects -- an array, a bare value -- are skipped: they become
+    rejects when converted).  A first line longer than ``max_record_bytes`` is the conversion's
+    error (:func:`~tfrecord_io.conversion.parsing.record_too_long`), raised here, before any task."""
     def keys(uri: str) -> set[str]:
         with inputs.open_input(uri) as f:
-            data = f.read(JSON_SAMPLE_BYTES + 1)
-            # At least one whole line, however long (a 20 MB string value is a valid row).
-            while not multiline and b"\n" not in data and len(data) < MAX_FIRST_LINE_BYTES:
-                more = f.read(JSON_SAMPLE_BYTES)
-                if not more:
-                    break
-                data += more
+            pieces = [f.read(JSON_SAMPLE_BYTES + 1)]
+            size = len(pieces[0])
+            # At least one whole line, however long (a 20 MB string value is a valid row), up to the limit.
+            while not multiline and b"\n" not in pieces[-1] and pieces[-1]:
+                if size > max_record_bytes:
+                    from tfrecord_io.conversion.parsing import record_too_long
+
+                    raise record_too_long(uri, 1, 0, max_record_bytes)
+                pieces.append(f.read(JSON_SAMPLE_BYTES))
+                size += len(pieces[-1])
+            data = b"".join(pieces)
         found: set[str] = set()
-        if not multiline and data.lstrip()[:1] == b"[":
-            raise ValueError(f"{uri} holds a JSON array (it starts with '['), not JSON Lines: convert it with "
-                             f"--multiline (each element of the array a row)")
         if multiline:
             try:
                 doc = json.loads(data) if len(data) <= JSON_SAMPLE_BYTES else None
@@ -100,12 +104,12 @@ def sample_json_keys(files: Iterable[str], multiline: bool = False) -> dict[str,
         return dict(zip(files, pool.map(keys, files)))
 
 
-def input_columns(files: Iterable[str], schema: Schema, input_format: str,
-                  multiline: bool = False) -> dict[str, list[str] | set[str] | None]:
+def input_columns(files: Iterable[str], schema: Schema, input_format: str, multiline: bool = False,
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> dict[str, list[str] | set[str] | None]:
     """What :func:`check_columns` compares: per file, its CSV header or sampled JSON keys."""
     if input_format == "csv":
         return read_headers(files, schema, multiline) if schema.csv.header else {}
-    return sample_json_keys(files, multiline)
+    return sample_json_keys(files, multiline, max_record_bytes)
 
 
 def _did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import dataclass
 
 from tfrecord_io.storage.permissions import parse_umask
@@ -22,8 +23,8 @@ from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage.schema_io import load_schema
 
 __all__ = ["ConversionOptions", "DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_SHARD",
-           "DEFAULT_MAX_REJECT_FRACTION", "DEFAULT_MAX_STEPS", "FORMATS", "MAX_AUTO_SHARDS", "add_arguments",
-           "check_fraction", "default_num_shards", "from_args"]
+           "DEFAULT_MAX_RECORD_BYTES", "DEFAULT_MAX_REJECT_FRACTION", "DEFAULT_MAX_STEPS", "FORMATS",
+           "MAX_AUTO_SHARDS", "add_arguments", "byte_size", "check_fraction", "default_num_shards", "from_args"]
 
 FORMATS = ("csv", "json", "parquet", "orc", "table")
 TEXT_FORMATS = ("csv", "json")  # what every engine parses; the others are read by Spark (the job only)
@@ -31,6 +32,10 @@ COMPRESSIONS = ("none", "gzip", "zlib")
 DEFAULT_MAX_STEPS = 10_000
 DEFAULT_BYTES_PER_SHARD = 128 * 1024 * 1024
 DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+#: The longest input record (a line, a CSV record, a whole-file JSON document) a conversion reads:
+#: 16 times the parse block, above any row real data has (a 20 MB JSON string is a valid row), and
+#: still a bounded cost per reading task (the limit + one read, in memory).  See ``max_record_bytes``.
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 MAX_AUTO_SHARDS = 1000
 
 
@@ -59,6 +64,15 @@ def check_fraction(value, flag: str) -> float:
     if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f <= 1.0:
         raise ValueError(f"{flag} must be a number from 0 to 1, got {value!r}")
     return float(f)
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes from the command line: ``67108864``, or with a binary suffix ``64m``,
+    ``64MiB``, ``512k``, ``1g`` (argparse turns the ValueError into a usage error)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"not a number of bytes: {text!r} (e.g. 67108864 or 64m)")
+    return int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower()) if m.group(2) else 0)
 
 
 def _positive_int(value, flag: str) -> None:
@@ -107,6 +121,12 @@ class ConversionOptions:
         ``partition_feature_name``); None (default): the whole record.
     bytes_per_shard: input bytes per shard when ``num_shards`` is None (default 128 MiB).
     block_size: bytes parsed at a time per file (default 4 MiB; a CSV record must fit in one).
+    max_record_bytes: the longest input record read (default 64 MiB): a JSON line, a CSV line (a
+        whole record with ``multiline``: its quoted line breaks included; CSV records must also
+        fit in ``block_size``), or with ``multiline`` a whole-file JSON document.  Checked as the
+        input is read and decompressed, so a reading task never holds more than the limit plus
+        one read; a longer record fails the conversion, naming the file, the line and the byte
+        where it starts (``docs/wire-contract.md``, "Input files and rejects").
     umask: what the output's files and directories may be read by, as Hadoop's
         ``fs.permissions.umask-mode``: ``"027"`` (or ``0o027``) gives files ``rw-r-----`` and
         directories ``rwxr-x---``; None (default): the process's umask for local outputs, Hadoop's
@@ -135,6 +155,7 @@ class ConversionOptions:
     partition_by: tuple[str, ...] = ()
     bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
     block_size: int = DEFAULT_BLOCK_SIZE
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     umask: int | str | None = None
 
     def __post_init__(self) -> None:
@@ -174,6 +195,9 @@ class ConversionOptions:
         _positive_int(self.bytes_per_shard, "bytes_per_shard")
         if not isinstance(self.block_size, int) or self.block_size < 1024:
             raise ValueError(f"--block-size must be at least 1024 bytes, got {self.block_size!r}")
+        if (not isinstance(self.max_record_bytes, int) or isinstance(self.max_record_bytes, bool)
+                or self.max_record_bytes < 1024):
+            raise ValueError(f"--max-record-bytes must be at least 1024 bytes, got {self.max_record_bytes!r}")
         if self.record_order not in ("shuffled", "input"):
             raise ValueError(f"--record-order must be shuffled or input, got {self.record_order!r}")
         if self.shards not in ("even", "input"):
@@ -320,6 +344,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the output may be read by, as Hadoop's fs.permissions.umask-mode: 027 gives "
                              "files rw-r----- and directories rwxr-x--- (default: the process umask; 022 on "
                              "HDFS). The rejects are never more readable than the input they quote")
+    parser.add_argument("--max-record-bytes", type=byte_size, default=DEFAULT_MAX_RECORD_BYTES, metavar="BYTES",
+                        help=f"the longest input record (a line; a CSV record; with --multiline a whole JSON "
+                             f"file) read, checked while reading and decompressing: a longer one fails the "
+                             f"conversion naming the file and line (default: {DEFAULT_MAX_RECORD_BYTES >> 20}m; "
+                             f"k, m, g suffixes)")
 
 
 def from_args(args: argparse.Namespace) -> ConversionOptions:
@@ -333,4 +362,4 @@ def from_args(args: argparse.Namespace) -> ConversionOptions:
         ignore_extra_columns=args.ignore_extra_columns, record_order=args.record_order, shards=args.shards,
         split=args.split, partition_by=args.partition_by or (),
         split_by=args.split_by,
-        block_size=args.block_size, umask=args.umask)
+        block_size=args.block_size, max_record_bytes=args.max_record_bytes, umask=args.umask)

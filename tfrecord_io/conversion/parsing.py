@@ -9,6 +9,20 @@ for the encoder (``tfrecord_io.core.codec``), plus the rows that did not, as rej
 ``sum(b.input_rows) == good rows + rejects``.  Memory is bounded by ``block_size``: a file is
 never read whole (except a ``multiline`` JSON document, which is one record).
 
+Record size
+    No input record may be longer than ``max_record_bytes`` (``--max-record-bytes``, default
+    64 MiB): a JSON line, a CSV line, a CSV record with ``multiline`` (its quoted line breaks
+    included), a ``multiline`` JSON document (the whole file).  The limit is checked as the
+    stream is read -- a line still without its end is given up as soon as it passes the limit,
+    so a reader holds at most the limit plus one read, and a 1.5 GB line inside a 1.5 MB
+    ``.gz`` fails after decompressing the limit, not the line (:mod:`tfrecord_io.storage.inputs`
+    decompresses 1 MiB at a time).  A longer record fails the file with a ``ValueError`` naming
+    it, the line and the byte where the record starts, and the limit (:func:`record_too_long`):
+    not a reject, because a "line" that long is almost always a file that is not one record per
+    line (line breaks the reader does not split on, a binary or single-line dump), and as one
+    reject it would hide the file's every row under ``--max-reject-fraction``.  CSV records must
+    also fit in one parse block (``block_size``), as before: a longer one fails the file too.
+
 The rules are the Spark job's (``tfrecord_io.engines.spark``, Spark's CSV/JSON readers), so that both
 engines turn the same input into the same records and the same number of rejects.
 
@@ -75,7 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.codec import row_errors
-from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE
+from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_RECORD_BYTES
 from tfrecord_io.core.values import BadValue as _BadValue
 from tfrecord_io.core.values import java_float as _java_float
 from tfrecord_io.core.values import java_long as _java_long
@@ -84,7 +98,8 @@ from tfrecord_io.core.values import show as _show
 from tfrecord_io.core.schema import Feature, Schema
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE", "FORMATS", "ParsedBatch", "Prepended", "first_record_end", "input_schema", "make_reject",
+    "DEFAULT_BLOCK_SIZE", "DEFAULT_MAX_RECORD_BYTES", "FORMATS", "ParsedBatch", "Prepended", "first_record_end",
+    "input_schema", "make_reject", "record_too_long",
     "read_batches", "read_csv_batches", "read_json_batches", "row_rejects", "row_schema",
 ]
 
@@ -139,22 +154,51 @@ def make_reject(source: str, line: int | None, raw: str | bytes | None, reason: 
     return {"source": source, "line": int(line) if line else None, "raw": raw, "reason": reason}
 
 
+_TOO_LONG_HINTS = {
+    "line": "a line that long usually means a file that is not one record per line (other line breaks, binary "
+            "data): check it, or raise the limit",
+    "record": "a record that long usually means a quote that does not close: check it, or raise the limit",
+    "document": "write JSON Lines (one object per line, read in parts), or raise the limit",
+}
+
+
+def record_too_long(source: str, line: int | None, offset: int | None, limit: int,
+                    what: str = "line") -> ValueError:
+    """The error of a record longer than ``limit`` bytes (``--max-record-bytes``) that starts at
+    ``line`` (None: not known, in a part of a file) and byte ``offset`` of ``source``'s data
+    (decompressed for a compressed file; None: not known); see the module doc.  ``what``: ``"line"``,
+    ``"record"`` (a ``multiline`` CSV record) or ``"document"`` (a ``multiline`` JSON file)."""
+    where = ", ".join(([f"line {line}"] if line else []) + ([f"byte {offset}"] if offset is not None else []))
+    if offset is not None and source.lower().endswith((".gz", ".bz2", ".deflate")):
+        where += " of the decompressed data"
+    size = next((f" ({limit >> shift} {unit})" for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB"))
+                 if limit >= 1 << shift and not limit % (1 << shift)), "")
+    thing = "JSON document (with --multiline, the whole file is one record)" if what == "document" else what
+    return ValueError(f"{source}: {where + ': ' if where else ''}a {thing} longer than the record limit, "
+                      f"--max-record-bytes {limit}{size}; {_TOO_LONG_HINTS[what]}")
+
+
 def read_batches(stream: BinaryIO, schema: Schema, input_format: str, source: str, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, multiline: bool = False, keep_raw: bool = False,
                  check_rows: bool = True, reject_values: tuple[str, ...] = (),
-                 header_names: list[str] | None = None) -> Iterator[ParsedBatch]:
+                 header_names: list[str] | None = None, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                 byte_offset: int = 0) -> Iterator[ParsedBatch]:
     """Parse one file (``input_format`` ``"csv"`` or ``"json"``) into batches; see the module doc.
 
     ``header_names`` (CSV): the stream starts after the header, which named these columns.
+    ``max_record_bytes``: the longest record read (module doc, "Record size").  ``byte_offset``:
+    where the stream starts in the file, for a part of a file (errors then name the byte, not
+    the line, which only the whole file numbers).
 
     ``check_rows`` applies :func:`row_rejects`; ``keep_raw`` carries each good row's text along
     (for rejects decided later, e.g. per SequenceExample group); ``reject_values`` names
     features whose values to report with each reject (e.g. the ``group_by`` key).  Raises
     ``ValueError`` naming ``source`` for problems with the whole file (a header naming no
-    feature, a CSV list feature without a separator, a record longer than ``block_size``).
+    feature, a CSV list feature without a separator, a record longer than ``block_size`` or than
+    ``max_record_bytes``).
     """
     kw = dict(block_size=block_size, multiline=multiline, keep_raw=keep_raw, check_rows=check_rows,
-              reject_values=tuple(reject_values))
+              reject_values=tuple(reject_values), max_record_bytes=max_record_bytes, byte_offset=byte_offset)
     if input_format == "csv":
         return read_csv_batches(stream, schema, source, header_names=header_names, **kw)
     if input_format == "json":
@@ -461,12 +505,19 @@ class _LineFilter(io.RawIOBase):
     Passes the lines through, except blank lines (not rows) and lines with an odd number of
     quote characters: a quoted field cannot end on such a line, so it is a malformed record of
     its own (as Spark's line-based reader sees it), collected in ``rejected``.  ``physical()``
-    maps a line of the filtered stream back to its line in the file.
+    maps a line of the filtered stream back to its line in the file.  A line longer than
+    ``limit`` bytes is :func:`record_too_long`, raised as soon as the line passes the limit
+    (``offset``: where the stream starts in the file; ``numbered``: whether its lines are the
+    file's).
     """
 
-    def __init__(self, stream: BinaryIO, quote: str, chunk: int):
+    def __init__(self, stream: BinaryIO, quote: str, chunk: int, source: str = "<stream>",
+                 limit: int = DEFAULT_MAX_RECORD_BYTES, offset: int = 0, numbered: bool = True):
         self._stream, self._q, self._chunk = stream, ord(quote), chunk
-        self._carry = b""
+        self._source, self._limit, self._numbered = source, limit, numbered
+        self._carry: list[bytes] = []  # the start of a line whose end is not read yet
+        self._carried = 0
+        self._start = offset  # the stream's byte (in the file) where _carry starts
         self._out = memoryview(b"")
         self._eof = False
         self._next_physical = 1  # physical line number of the first line in _carry
@@ -486,23 +537,33 @@ class _LineFilter(io.RawIOBase):
         self._out = self._out[n:]
         return n
 
+    def _too_long(self, line: int, offset: int) -> ValueError:
+        return record_too_long(self._source, line if self._numbered else None, offset, self._limit)
+
     def _fill(self) -> None:
-        data = self._stream.read(self._chunk)
-        if not data:
+        chunk = self._stream.read(self._chunk)
+        if not chunk:
             self._eof = True
-            data, self._carry = self._carry, b""
+            data = b"".join(self._carry)
+            self._carry, self._carried = [], 0
             if not data:
                 return
         else:
-            data = self._carry + data
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                self._carry = data
+            cut = chunk.rfind(b"\n")
+            if cut < 0:  # the line goes on: held, up to the limit
+                self._carry.append(chunk)
+                self._carried += len(chunk)
+                if self._carried > self._limit:
+                    raise self._too_long(self._next_physical, self._start)
                 return
-            data, self._carry = data[:cut + 1], data[cut + 1:]
-        self._out = memoryview(self._lines(data))
+            data = b"".join(self._carry + [chunk[:cut + 1]]) if self._carry else chunk[:cut + 1]
+            rest = chunk[cut + 1:]
+            self._carry, self._carried = ([rest], len(rest)) if rest else ([], 0)
+        start = self._start
+        self._start += len(data)
+        self._out = memoryview(self._lines(data, start))
 
-    def _lines(self, data: bytes) -> bytes:
+    def _lines(self, data: bytes, start: int) -> bytes:
         buf = np.frombuffer(data, dtype=np.uint8)
         ends = np.flatnonzero(buf == 10) + 1
         if not len(ends) or ends[-1] != len(data):
@@ -516,6 +577,10 @@ class _LineFilter(io.RawIOBase):
             odd = np.zeros(len(ends), dtype=bool)
         content = ends - starts - (buf[ends - 1] == 10)
         content -= (content > 0) & (buf[np.maximum(starts + content - 1, 0)] == 13)
+        long_lines = np.flatnonzero(content > self._limit)  # the limit: a line's text, its line break left out
+        if len(long_lines):
+            i = int(long_lines[0])
+            raise self._too_long(self._next_physical + i, start + int(starts[i]))
         blank = content == 0
         keep = ~(odd | blank)
         physical = self._next_physical + np.arange(len(ends))
@@ -653,7 +718,8 @@ class _CsvFile:
 
 def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_size: int = DEFAULT_BLOCK_SIZE,
                      multiline: bool = False, keep_raw: bool = False, check_rows: bool = True,
-                     reject_values: tuple[str, ...] = (), header_names: list[str] | None = None
+                     reject_values: tuple[str, ...] = (), header_names: list[str] | None = None,
+                     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, byte_offset: int = 0
                      ) -> Iterator[ParsedBatch]:
     """CSV -> :class:`ParsedBatch` es (see the module doc).
 
@@ -665,7 +731,9 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     opts = schema.csv
     features = schema.input_features
     _check_csv_schema(schema, source)
-    lines_filter = None if multiline else _LineFilter(stream, opts.quote, block_size)
+    numbered = byte_offset == 0  # a part of a file (a later split) numbers its lines from its start
+    lines_filter = None if multiline else _LineFilter(stream, opts.quote, block_size, source, max_record_bytes,
+                                                      byte_offset, numbered)
     src = stream if lines_filter is None else lines_filter
     if opts.header:
         if header_names is not None:
@@ -746,6 +814,8 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
         spans = _row_spans(cells) if cells.num_rows else np.zeros(0, np.int64)
         lines, placed = locator.place(spans, final=False)
         lines, placed = _to_physical(lines, placed, physical)
+        if multiline and cells.num_rows and max_record_bytes < 2 * block_size:
+            _check_record_sizes(cells, lines, source, max_record_bytes, numbered)
         extra = []
         if lines_filter is not None:
             extra, lines_filter.rejected = lines_filter.rejected, []
@@ -756,6 +826,19 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     extra = lines_filter.rejected if lines_filter is not None else []
     if placed or extra:
         yield _csv_batch(None, np.zeros(0, np.int64), np.zeros(0, np.int64), placed, extra, file, multiline)
+
+
+def _check_record_sizes(cells: pa.RecordBatch, lines: np.ndarray, source: str, limit: int, numbered: bool) -> None:
+    """:func:`record_too_long` for a record of ``cells`` longer than ``limit`` (``multiline`` CSV,
+    whose records pyarrow bounds only by its block, up to twice ``block_size``): its values and
+    delimiters, a lower bound of its text, which also has its quotes."""
+    size = np.full(cells.num_rows, cells.num_columns - 1, dtype=np.int64)
+    for col in cells.columns:
+        size += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    over = np.flatnonzero(size > limit)
+    if len(over):
+        line = int(lines[over[0]]) if numbered and len(lines) else None
+        raise record_too_long(source, line, None, limit, what="record")
 
 
 def _to_physical(lines: np.ndarray, placed: list, physical) -> tuple[np.ndarray, list]:
@@ -879,6 +962,9 @@ def _json_line_values(line: bytes, features: tuple[Feature, ...]) -> tuple[list,
         raise _BadValue(f"malformed JSON: {e}") from e
     except RecursionError as e:
         raise _BadValue(_TOO_DEEP) from e
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        raise _BadValue(f"not a JSON object: {_show(obj)} (an array of objects; a file that is one JSON array "
+                        f"is read with --multiline)")
     return _json_object_values(obj, features)
 
 
@@ -979,37 +1065,57 @@ class _JsonConverter:
 
 def read_json_batches(stream: BinaryIO, schema: Schema, source: str, *, block_size: int = DEFAULT_BLOCK_SIZE,
                       multiline: bool = False, keep_raw: bool = False, check_rows: bool = True,
-                      reject_values: tuple[str, ...] = ()) -> Iterator[ParsedBatch]:
+                      reject_values: tuple[str, ...] = (), max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                      byte_offset: int = 0) -> Iterator[ParsedBatch]:
     """JSON Lines (or, with ``multiline``, one JSON document) -> :class:`ParsedBatch` es."""
     target = input_schema(schema)
     converter = _JsonConverter(schema, target)
+    numbered = byte_offset == 0  # a part of a file numbers its lines from its start
+
+    def too_long(line: int, offset: int) -> ValueError:
+        return record_too_long(source, line if numbered else None, offset, max_record_bytes)
+
     if multiline:
-        yield from _json_document(stream.read(), converter, schema, target, source, keep_raw, check_rows,
-                                  reject_values)
+        data = stream.read(max_record_bytes + 1)  # one record: read whole, up to the limit
+        if len(data) > max_record_bytes:
+            raise record_too_long(source, None, None, max_record_bytes, what="document")
+        yield from _json_document(data, converter, schema, target, source, keep_raw, check_rows, reject_values)
         return
-    carry = b""
+    carry: list[bytes] = []  # the start of a line whose end is not read yet
+    carried = 0
+    start = byte_offset  # the byte (in the file) where carry starts
     next_line = 1
     while True:
         chunk = stream.read(block_size)
-        data = carry + chunk
         if chunk:
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
+            cut = chunk.rfind(b"\n")
+            if cut < 0:  # the line goes on: held, up to the limit
+                carry.append(chunk)
+                carried += len(chunk)
+                if carried > max_record_bytes:
+                    raise too_long(next_line, start)
                 continue
-            carry, data = data[cut + 1:], data[:cut + 1]
+            data = b"".join(carry + [chunk[:cut + 1]]) if carry else chunk[:cut + 1]
+            rest = chunk[cut + 1:]
+            carry, carried = ([rest], len(rest)) if rest else ([], 0)
         else:
-            carry = b""
+            data = b"".join(carry)
+            carry, carried = [], 0
         if data:
             raw_lines = data.split(b"\n")
             if raw_lines and raw_lines[-1] == b"":
                 raw_lines.pop()
             lines, numbers = [], []
+            at = start
             for i, line in enumerate(raw_lines):
+                if len(line) > max_record_bytes and len(line) - line.endswith(b"\r") > max_record_bytes:
+                    raise too_long(next_line + i, at)
+                at += len(line) + 1
                 if line.strip():
                     lines.append(line[:-1] if line.endswith(b"\r") else line)
                     numbers.append(next_line + i)
             next_line += len(raw_lines)
+            start += len(data)
             if lines:
                 parts: list = []
                 bad: list = []

@@ -114,7 +114,8 @@ def plan_conversion(options: ConversionOptions) -> Plan:
                             inputs=() if options.input_format == "table" else options.inputs)
         return Plan(options, schema, splits, inputs=(), num_shards=None, permissions=Permissions(options.umask))
     listed = tuple(inputs.list_inputs(options.inputs))
-    found = columns.input_columns([f.path for f in listed], schema, options.input_format, options.multiline)
+    found = columns.input_columns([f.path for f in listed], schema, options.input_format, options.multiline,
+                                  options.max_record_bytes)
     columns.check_columns(schema, found, input_format=options.input_format,
                           allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
                           schema_name=options.schema_name)

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from tfrecord_io.conversion import parsing
-from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE
+from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_RECORD_BYTES
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.storage import inputs
 
@@ -59,11 +59,13 @@ def groups(files: Sequence[tuple[str, int]], *, schema: Schema, input_format: st
 
 def read_group(paths: list[str], schema: Schema, input_format: str, *, headers: Mapping[str, Sequence[str]],
                multiline: bool = False, block_size: int = DEFAULT_BLOCK_SIZE, keep_raw: bool = False,
-               reject_values: tuple[str, ...] = (),
+               reject_values: tuple[str, ...] = (), max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                open_input: Callable = inputs.open_input) -> Iterator[parsing.ParsedBatch]:
     """The :class:`~tfrecord_io.conversion.parsing.ParsedBatch` es of a group of :func:`groups`, each of
-    one file: parsed together when there are several and they can be, else file by file."""
-    kw = dict(block_size=block_size, keep_raw=keep_raw, reject_values=tuple(reject_values))
+    one file: parsed together when there are several and they can be, else file by file.
+    ``max_record_bytes``: the longest record (:func:`~tfrecord_io.conversion.parsing.read_batches`)."""
+    kw = dict(block_size=block_size, keep_raw=keep_raw, reject_values=tuple(reject_values),
+              max_record_bytes=max_record_bytes)
     if len(paths) > 1:
         files = []
         for path in paths:
@@ -82,8 +84,8 @@ def read_group(paths: list[str], schema: Schema, input_format: str, *, headers: 
 
 def read_together(files: list[tuple[str, bytes]], schema: Schema, input_format: str, *,
                   header_names: list[str] | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                  keep_raw: bool = False, check_rows: bool = True,
-                  reject_values: tuple[str, ...] = ()) -> list[parsing.ParsedBatch] | None:
+                  keep_raw: bool = False, check_rows: bool = True, reject_values: tuple[str, ...] = (),
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> list[parsing.ParsedBatch] | None:
     """Parse small whole files, ``(source, bytes)`` of uncompressed CSV with the header
     ``header_names`` (None: the schema's CSV has no header) or JSON Lines, records as lines, as one
     stream; return :class:`~tfrecord_io.conversion.parsing.ParsedBatch` es of one file each, with each
@@ -110,7 +112,8 @@ def read_together(files: list[tuple[str, bytes]], schema: Schema, input_format: 
         before.append(skipped)
         starts.append(total)
         total += data.count(b"\n")
-    kw = dict(block_size=block_size, keep_raw=keep_raw, check_rows=check_rows, reject_values=reject_values)
+    kw = dict(block_size=block_size, keep_raw=keep_raw, check_rows=check_rows, reject_values=reject_values,
+              max_record_bytes=max_record_bytes)
     stream = io.BytesIO(b"".join(bodies))
     try:
         if input_format == "csv":

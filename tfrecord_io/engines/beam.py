@@ -266,6 +266,7 @@ class ReadFile(_JobDoFn):
 
         for pb in small_files.read_group(paths, schema, conv.input_format, headers=self.job.plan.headers,
                                          multiline=conv.multiline, block_size=conv.block_size,
+                                         max_record_bytes=conv.max_record_bytes,
                                          keep_raw=sequence or bool(split_by), reject_values=keys):
             input_rows[pb.source] += pb.input_rows
             self.rows_read.inc(pb.input_rows)

@@ -395,6 +395,7 @@ class ReadStage:
     headers: dict  # CSV with a header: file -> its column names (for splits after the first)
     line_counts: Any = None  # the _line_counts accumulator
     block_size: int = DEFAULT_BLOCK_SIZE
+    max_record_bytes: int = parsing.DEFAULT_MAX_RECORD_BYTES
 
     @property
     def target(self) -> pa.Schema:
@@ -448,7 +449,7 @@ class ReadStage:
         """What the parser keeps besides rows: for SequenceExamples each row's text and each reject's group."""
         s = self.schema
         sequence = s.record_type == "sequence_example"
-        return dict(block_size=self.block_size, keep_raw=sequence,
+        return dict(block_size=self.block_size, keep_raw=sequence, max_record_bytes=self.max_record_bytes,
                     reject_values=(s.group_by, s.order_by or s.group_by) if sequence else ())
 
     def _batches(self, pb: parsing.ParsedBatch, start: int) -> Iterator[pa.RecordBatch]:
@@ -535,7 +536,8 @@ def _read_stage(spark, plan: Plan):
     # One element (a task's splits) per slice: partition i reads exactly tasks[i].
     rows = sc.parallelize([[(sp.source, sp.start, sp.end, sp.whole) for sp in task] for task in tasks],
                           len(tasks)).flatMap(lambda task: task)
-    stage = ReadStage(plan.schema, opts.input_format, opts.multiline, dict(plan.headers), counts, opts.block_size)
+    stage = ReadStage(plan.schema, opts.input_format, opts.multiline, dict(plan.headers), counts, opts.block_size,
+                      opts.max_record_bytes)
     return rows, stage, splits, counts, len(tasks)
 
 

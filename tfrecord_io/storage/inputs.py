@@ -19,7 +19,10 @@ Compression (:func:`open_input`)
     that starts with a gzip, bzip2, zstd or xz signature, is a ``ValueError`` naming the file
     (reading compressed bytes as text would turn the whole file into rejects or, for a header,
     into a garbage column name).  Extensions of codecs we do not read (``.zst``, ``.xz``,
-    ``.lz4``, ``.snappy``, ``.zip``) are refused the same way.
+    ``.lz4``, ``.snappy``, ``.zip``) are refused the same way.  A read decompresses at most
+    1 MiB at a time, however far the data expands (a small ``.gz`` of one huge line): the
+    parser above holds what it reads up to its record limit (``--max-record-bytes``), never a
+    decompressor's whole output.
 
 Line ranges (:func:`open_line_range`)
     An uncompressed file whose records are lines can be read in parts, as Hadoop's
@@ -167,7 +170,9 @@ class DecompressingReader(_Wrapping):
     def __init__(self, raw: BinaryIO, codec: str, uri: str):
         self._raw, self._codec, self._uri = raw, codec, uri
         self._d = self._new()
-        self._out = b""
+        self._out = memoryview(b"")
+        self._tail = b""  # zlib: compressed input not yet decompressed (the output limit was reached)
+        self._full = False  # the last call gave all the output it was allowed: more may be pending
         self._consumed = 0
         self._done = False
 
@@ -186,15 +191,30 @@ class DecompressingReader(_Wrapping):
         return ValueError(f"{self._uri}: {what} at compressed byte {self._consumed}"
                           + (f" ({e})" if e is not None else ""))
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes) -> None:
+        """Decompress ``data`` (after any held-back input) into ``_out``: at most :data:`_CHUNK` bytes
+        a call, however much they expand (a gzip of zeros inflates ~1000-fold, bzip2 far more), so
+        that what reads this stream decides how much is held: never a decompressor's whole output."""
         try:
-            return self._d.decompress(data)
+            if self._codec == "bzip2":
+                out = self._d.decompress(data, _CHUNK)
+            else:
+                out = self._d.decompress(self._tail + data if self._tail else data, _CHUNK)
+                self._tail = self._d.unconsumed_tail
         except (zlib.error, OSError, EOFError) as e:
             raise self._error(f"corrupt {self._codec} data", e) from e
+        self._full = len(out) >= _CHUNK
+        self._out = memoryview(out)
+
+    def _pending(self) -> bool:
+        """Whether the decompressor has more output without more input."""
+        if self._codec == "bzip2":
+            return not self._d.needs_input
+        return bool(self._tail) or self._full
 
     def _fill(self) -> None:
         """Decompress until some output is ready or the input has ended (then check it ended well)."""
-        while not self._out and not self._done:
+        while not len(self._out) and not self._done:
             if self._d.eof:
                 rest = self._d.unused_data
                 if not rest:
@@ -206,8 +226,11 @@ class DecompressingReader(_Wrapping):
                 if self._codec == "zlib" or not rest.startswith(_MAGIC[self._codec][:len(rest)]):
                     raise self._error(f"{len(rest)}+ bytes after the end of the {self._codec} stream that are "
                                       f"not another {self._codec} member (trailing garbage)")
-                self._d = self._new()  # another member (concatenated gzip / multi-stream bzip2)
-                self._out = self._decompress(rest)
+                self._d, self._tail = self._new(), b""  # another member (concatenated gzip / multi-stream bzip2)
+                self._decompress(rest)
+                continue
+            if self._pending():
+                self._decompress(b"")
                 continue
             chunk = self._raw.read(_CHUNK)
             if not chunk and self._consumed == 0:  # a zero-byte file: no data, as Hadoop reads it
@@ -217,7 +240,7 @@ class DecompressingReader(_Wrapping):
                 raise self._error(f"the {self._codec} stream ends early (truncated file: no end-of-stream "
                                   f"marker)")
             self._consumed += len(chunk)
-            self._out = self._decompress(chunk)
+            self._decompress(chunk)
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -247,7 +270,8 @@ def open_input(uri: str) -> BinaryIO:
 class LineRange(_Wrapping):
     """The lines of a seekable binary stream that start in ``[start, end)`` (see the module doc).
 
-    ``lines`` is the number of lines delivered so far (a last line without a newline counts).
+    ``lines`` is the number of lines delivered so far (a last line without a newline counts);
+    ``first`` the byte of the file where the first of them starts (errors name bytes from it).
     """
 
     def __init__(self, raw: BinaryIO, start: int, end: int):
@@ -262,6 +286,7 @@ class LineRange(_Wrapping):
             self._skip_to_line_start()
         else:
             self._pos = 0
+        self.first = self._pos
 
     def _skip_to_line_start(self) -> None:
         while True:
