@@ -27,8 +27,6 @@ _EXPORTS = {
     "steps_per_epoch": "tfrecord_io.engines.loader",
     "BackupAndRestore": "tfrecord_io.engines.resume",
     "LoaderResume": "tfrecord_io.engines.loader",
-    "BackupAndRestore": "tfrecord_io.engines.resume",
-    "LoaderResume": "tfrecord_io.engines.loader",
     "keras_inputs": "tfrecord_io.engines.keras_inputs",
     "read_batches": "tfrecord_io.engines.batches",
 }

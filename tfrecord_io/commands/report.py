@@ -14,16 +14,15 @@ JSON in ``<script type="application/json" id="tfrecord-io-stats">`` for tools to
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 import json
 import math
-import os
-import sys
 from typing import Any
 
 import numpy as np
+
+from tfrecord_io.engines.quiet_tf import import_tensorflow
 
 __all__ = ["check_logdir", "write_summaries", "render_report", "format_number"]
 
@@ -46,37 +45,9 @@ def _shows_lengths(e: dict) -> bool:
 # ---------------------------------------------------------------------------------------
 # TensorBoard
 # ---------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _native_stderr_to_devnull():
-    """Point file descriptor 2 at /dev/null for a while (what C++ code logs there is dropped)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (AttributeError, OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _import_tensorflow():
-    """TensorFlow, imported without its start-up log lines on stderr (oneDNN, CUDA probing).
-
-    Those lines come from C++ before ``TF_CPP_MIN_LOG_LEVEL`` applies; they are dropped
-    only during the import (a failing import still raises, with its Python message).
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # later C++ chatter too (e.g. "failed call to cuInit")
-    if "tensorflow" in sys.modules:
-        import tensorflow as tf
-    else:
-        with _native_stderr_to_devnull():
-            import tensorflow as tf
+    """TensorFlow, imported without its start-up log lines (:mod:`tfrecord_io.engines.quiet_tf`)."""
+    tf = import_tensorflow(level="3")  # later C++ chatter too (e.g. "failed call to cuInit")
     from tensorflow.core.framework import summary_pb2
 
     return tf, summary_pb2

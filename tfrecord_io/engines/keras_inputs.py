@@ -51,6 +51,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.engines.quiet_tf import import_tensorflow
 
 __all__ = ["KerasInputs", "keras_inputs"]
 
@@ -210,6 +211,7 @@ def keras_inputs(source, *, schema: Schema | dict | str | None = None, features:
     fixed shape, a schema without an Example layout, a task the label's type cannot have, or
     ``stats`` that are not ``tfrecord-io stats --json`` output.
     """
+    import_tensorflow()  # quietly, before Keras imports it (engines.quiet_tf)
     import keras
 
     from tfrecord_io.engines.loader import resolve_source

@@ -49,7 +49,11 @@ import time
 import warnings
 
 import google_crc32c
-import keras
+
+from tfrecord_io.engines.quiet_tf import import_tensorflow
+
+import_tensorflow()  # (before Keras imports it)
+import keras  # noqa: E402
 
 from tfrecord_io.engines.loader import LoaderResume
 from tfrecord_io.storage import source_identity

@@ -10,6 +10,7 @@ import secrets
 from typing import Sequence
 
 
+from tfrecord_io.engines.quiet_tf import import_tensorflow
 from tfrecord_io.storage import source_identity
 from tfrecord_io.storage.partitions import select_partitions
 from tfrecord_io.engines.loader.files import (_FileTable, _check_present, _counts_from_indexes, _read_as,
@@ -42,7 +43,7 @@ def make_dataset(source, *, batch_size: int, schema=None, input_context=None, st
     (:func:`tfrecord_io.storage.partitions.select_partitions`); the partition columns are features
     of the records like any other.
     """
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     opts = LoaderOptions.from_options("make_dataset", {"schema", "input_context", "stats", "features", "resume",
                                                        "partitions"}, batch_size=batch_size, **options)

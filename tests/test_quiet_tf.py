@@ -1,0 +1,49 @@
+"""Plain output (#32 item 6): the loader, ``keras_inputs`` and ``BackupAndRestore`` import TensorFlow
+without its start-up lines (oneDNN, CUDA stubs, "failed call to cuInit" on a machine without a GPU)
+where the user set no log level; a level the user set is theirs.  Real TensorFlow in a fresh
+interpreter each time: what a user's script prints on stderr."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfrecord_io.commands.demo_train import make_demo_output
+
+SCRIPT = """
+import tfrecord_io
+ds = tfrecord_io.make_dataset({out!r}, batch_size=50, prefetch_to_device=False)
+print(sum(int(x["trip_seconds"].shape[0]) for x, y in ds))
+inputs = tfrecord_io.keras_inputs({out!r}, task="binary")
+print(type(tfrecord_io.BackupAndRestore).__name__)
+"""
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("quiet") / "out")
+    make_demo_output(path, rows=500, shards=2)
+    return path
+
+
+def _run(out: str, **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run([sys.executable, "-c", SCRIPT.format(out=out)], capture_output=True, text=True,
+                          timeout=300, env={**clean, **env})
+
+
+def test_the_loader_keras_inputs_and_backups_print_nothing_of_tensorflows_start(out):
+    proc = _run(out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["500", "type"]
+    noise = [ln for ln in proc.stderr.splitlines() if "keras_inputs" not in ln and "task" not in ln]
+    assert noise == [], "\n".join(noise)
+
+
+def test_a_log_level_the_user_set_is_theirs(out):
+    proc = _run(out, TF_CPP_MIN_LOG_LEVEL="0")
+    assert proc.returncode == 0, proc.stderr
+    assert "oneDNN" in proc.stderr or "cuda" in proc.stderr.lower(), proc.stderr[-2000:]
