@@ -273,6 +273,52 @@ def test_nobody_else_gets_in(secure_hdfs, tmp_path):
     assert "REFUSED" in proc.stdout and "no Kerberos ticket" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_rejects_of_a_private_input_are_refused_to_another_principal(secure_hdfs, tmp_path):
+    """#31 item 4 where it is about users: the owner converts an input only they may read (0600 in
+    a 0700 directory) on the kerberized HDFS; another principal is refused its rejects (they quote
+    the rows) and may read the records, which follow the umask."""
+    k = secure_hdfs.kerberos
+    owner = user_env(secure_hdfs)
+    base = secure_hdfs.uri(f"/private/{uuid.uuid4().hex[:8]}")
+    python(owner, PUT, base, "20", SCHEMA)
+    python(owner, """
+        import sys
+        from tfrecord_io.storage import fs
+        with fs.open(sys.argv[1] + "/in/part-0.csv", "wb") as f:
+            f.write(b"id,fare,city\\n1,2.5,x\\nnot-a-number,0,card 4111111111111111\\n")
+        fs.chmod(sys.argv[1] + "/in/part-0.csv", 0o600)
+        fs.chmod(sys.argv[1] + "/in/part-1.csv", 0o600)
+        fs.chmod(sys.argv[1] + "/in", 0o700)
+        """, base)
+    cli(owner, "convert", "--engine", "beam", "--engine-arg=--runner=FnApiRunner", "--format", "csv", "--input",
+        f"{base}/in", "--schema", f"{base}/schema.yaml", "--output", f"{base}/out", "--max-reject-fraction", "0.5")
+    guest = {**user_env(secure_hdfs, ticket=False), credentials.PRINCIPAL_ENV: k.guest_principal,
+             credentials.KEYTAB_ENV: str(k.guest_keytab)}
+    proc = python(guest, """
+        import json, sys
+        from tfrecord_io.storage import fs, output
+        out = sys.argv[1]
+        manifest = output.read_manifest(out)
+        print("modes", oct(fs.permission(out + "/_rejects")), oct(fs.permission(out + "/" + manifest["files"][0]["path"])))
+        with fs.open(out + "/" + manifest["files"][0]["path"]) as f:
+            print("records", len(f.read()) == manifest["files"][0]["bytes"])
+        try:
+            with fs.open(out + "/" + manifest["rejects"][0]["path"]) as f:
+                print("READ", f.read())
+        except PermissionError as e:
+            print("REFUSED", e)
+        """, f"{base}/out")
+    assert "modes 0o700 0o644" in proc.stdout and "records True" in proc.stdout, proc.stdout + proc.stderr
+    assert "REFUSED" in proc.stdout and "4111" not in proc.stdout, proc.stdout
+    mine = python(owner, """
+        import sys
+        from tfrecord_io.storage import fs, output
+        reject = sys.argv[1] + "/" + output.read_manifest(sys.argv[1])["rejects"][0]["path"]
+        print(oct(fs.permission(reject)), "4111" in fs.open(reject).read().decode())
+        """, f"{base}/out")
+    assert mine.stdout.split() == ["0o600", "True"], mine.stdout  # the owner reads what the guest may not
+
+
 # ---------------------------------------------------------------------------------------------
 # 4. Faults lose nothing
 # ---------------------------------------------------------------------------------------------
