@@ -12,7 +12,10 @@ Each builds the conversion's :class:`~tfrecord_io.conversion.plan.Plan` once, *b
 starts (no JVM for a misspelled path, a missing column or an existing output), and hands it to
 the engine.  Exit status and error lines are :mod:`tfrecord_io.commands.exits`' (0 done, 1 failed,
 2 bad usage, 3 too many rejects); when done, a summary line goes to stderr and ``{"event":
-"tfrecord-io-done", ...}`` to stdout.  ``--debug`` adds tracebacks.
+"tfrecord-io-done", ...}`` to stdout.  A failure is one error line naming its cause and file -- a task's
+error, no space left on a device, an HDFS quota, a Spark that does not start, a Kerberos ticket that
+ran out -- with no traceback and none of Spark's log of the failing tasks; ``--debug`` (the one flag
+for more; there is no ``--verbose``) shows them too.
 
 ``--engine spark`` runs the job *in this process*: a SparkSession (``--master``; without it
 ``spark.master`` from spark-defaults.conf, else ``local[*]``; plus any ``--conf KEY=VALUE``),
@@ -41,6 +44,9 @@ from tfrecord_io.commands import exits
 from tfrecord_io.conversion import options as opts
 
 COMMAND = "convert"  # the error lines of every conversion entry point: "tfrecord-io convert: error: ..."
+#: A failure is one error line; --debug (the one flag for more: there is no --verbose) adds the rest.
+DEBUG_HELP = ("on failure, also show the traceback and the engine's own log of it (Spark's lines of the failing "
+              "tasks, Beam's runner); without it a failure is one error line")
 
 
 def summary(manifest: dict) -> str:
@@ -115,7 +121,7 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     opts.add_arguments(parser)
     add_credential_arguments(parser)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     return parser
 
 
@@ -131,11 +137,23 @@ def _credentials(args: argparse.Namespace) -> int | None:
 
 
 # ------------------------------------------------------------------------------------ Spark
-def run_spark(spark, plan, *, debug: bool = False, faults=None) -> int:
-    """The Spark job on an existing session (what spark-submit and ``convert`` run)."""
-    from tfrecord_io.engines.spark import run_conversion
+def run_spark(builder, plan, *, conf=None, debug: bool = False, faults=None, ship_package: bool = False) -> int:
+    """The Spark job in a session of its own, from ``builder`` (what spark-submit and ``convert`` run):
+    :func:`tfrecord_io.engines.spark.job_session` starts it (a start that fails is one error line),
+    keeps Spark's log of failing tasks quiet unless ``debug`` and stops it; a failed job is one line too
+    (:func:`tfrecord_io.engines.spark.failure_line`).  ``ship_package``: zip ``tfrecord_io`` for the
+    executors of a non-local master."""
+    from tfrecord_io.engines.spark import job_session, package_zip, run_conversion
 
-    return execute(lambda: run_conversion(spark, plan, faults=faults), debug=debug,
+    def work() -> dict:
+        with job_session(builder, conf, debug=debug) as spark:
+            if ship_package and not spark.sparkContext.master.startswith("local"):
+                import tempfile
+
+                spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp(prefix="tfrecord-io-")))
+            return run_conversion(spark, plan, faults=faults)
+
+    return execute(work, debug=debug,
                    done=lambda m: {"engine": "spark", "output": plan.output, "seconds": m["job"]["seconds"]})
 
 
@@ -155,19 +173,7 @@ def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
     builder = SparkSession.builder.appName("tfrecord-io to_tfrecord")
     if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
         builder = builder.config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
-    _quiet(spark)
-    try:
-        return run_spark(spark, plan, debug=args.debug, faults=faults)
-    finally:
-        spark.stop()
-
-
-def _quiet(spark) -> None:
-    """Spark's INFO lines (a few per task) bury the job's own; its warnings and errors stay
-    (``--conf spark.log.level=INFO`` brings the rest back)."""
-    if not spark.sparkContext.getConf().get("spark.log.level", None):
-        spark.sparkContext.setLogLevel("WARN")
+    return run_spark(builder, plan, debug=args.debug, faults=faults)
 
 
 def _spark_submit_keytab() -> tuple[str | None, str | None]:
@@ -261,7 +267,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a Spark configuration setting (repeatable)")
     parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
                         help="a Beam pipeline option, e.g. --engine-arg=--runner=FnApiRunner (repeatable)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,17 +300,7 @@ def run(args: argparse.Namespace) -> int:
         spark_conf.set("spark.driver.extraJavaOptions", credentials.java_options())
     for k, v in conf.items():
         spark_conf.set(k, v)
-    builder = SparkSession.builder.appName("tfrecord-io convert").config(conf=spark_conf)
     if args.master:
-        builder = builder.master(args.master)
-    spark = builder.getOrCreate()  # no --master: spark-defaults.conf's, else local[*]
-    _quiet(spark)
-    try:
-        if not spark.sparkContext.master.startswith("local"):
-            import tempfile
-
-            from tfrecord_io.engines.spark import package_zip
-            spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp(prefix="tfrecord-io-")))
-        return run_spark(spark, plan, debug=args.debug)
-    finally:
-        spark.stop()
+        spark_conf.setMaster(args.master)  # no --master: spark-defaults.conf's, else local[*]
+    builder = SparkSession.builder.appName("tfrecord-io convert").config(conf=spark_conf)
+    return run_spark(builder, plan, conf=spark_conf, debug=args.debug, ship_package=True)

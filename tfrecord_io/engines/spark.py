@@ -93,6 +93,17 @@ Exactly once
     any other reason than the reject limit, ``_temporary`` is deleted and the output holds
     nothing.
 
+Failures
+    Each ends as one line naming its cause and the file (:func:`failure_line`): every function shipped
+    to the executors runs under :func:`tfrecord_io.conversion.failure.task_errors`, so a task's error
+    leaves it as ``TaskFailed`` carrying that line (``no space left on device writing <file>``, an HDFS
+    quota naming its directory, an input's ``<file>: ... at compressed byte N``), which the driver takes
+    out of Spark's ``PythonException``; a Java failure is named by the root of its chain of causes, by
+    class.  :func:`job_session` starts the session of a command-line job (``tfrecord-io convert``,
+    spark-submit): a start that fails is one line too (:func:`start_failure`: a JVM that exited, a
+    Kerberos refusal), and Spark's own log of a failed start and of failing tasks stays quiet unless
+    ``--debug``.
+
 Fault injection (tests) is a parameter: ``run_conversion(spark, plan, faults=...)`` hands each
 write task's batches to ``faults.around_write`` (:mod:`tfrecord_io.testing.faults`), which the
 :class:`WriteStage` carries to the executors; nothing in the environment or the options turns it on.
@@ -112,6 +123,8 @@ per file; splits, largest first, fill tasks of up to the split size, each costin
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
@@ -126,16 +139,17 @@ import numpy as np
 import pyarrow as pa
 
 from tfrecord_io.conversion import dealing, grouping, parsing, small_files
-from tfrecord_io.conversion.failure import ConversionError, worker_error
+from tfrecord_io.conversion.failure import ConversionError, cause_line, task_errors, worker_line
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
 from tfrecord_io.core import codec
 from tfrecord_io.core.schema import Schema, SchemaError
-from tfrecord_io.storage.partitions import partition_codes
+from tfrecord_io.storage.partitions import partition_codes, unusable_values
 from tfrecord_io.storage import fs, inputs, output
 from tfrecord_io.storage.replace import CommitError
 
-__all__ = ["ConversionOptions", "Plan", "ReadStage", "WriteStage", "package_zip", "run_conversion"]
+__all__ = ["ConversionOptions", "Plan", "ReadStage", "WriteStage", "failure_line", "job_session", "package_zip",
+           "run_conversion", "start_failure"]
 
 STRAGGLER_WAIT_S = 30.0
 
@@ -172,9 +186,20 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     if plan.options.input_format not in TEXT_FORMATS:
         from tfrecord_io.engines.spark_datasource import convert_dataframe
 
-        return convert_dataframe(spark, plan, faults=faults, started=started)
+        try:
+            return convert_dataframe(spark, plan, faults=faults, started=started)
+        except (output.RejectLimitExceeded, OSError, ValueError, ConversionError):  # ours, and their exit status
+            raise
+        except Exception as e:
+            raise ConversionError(f"conversion of {','.join(plan.options.inputs)} to {plan.output} failed: "
+                                  f"{failure_line(e)}") from e
     options, out, job_id = plan.options, plan.output, plan.job_id
-    plan.prepare_output()
+    try:
+        plan.prepare_output()
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise  # an output that exists, overlaps the input, may not be written: bad usage
+        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: {cause_line(e)}") from e
     sc = spark.sparkContext
     try:
         run, parts, counts, num_shards = _stages(spark, plan, faults)
@@ -194,7 +219,7 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
         raise
     except Exception as e:
         output.abort(out)
-        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: {worker_error(e)}") from e
+        raise ConversionError(f"conversion of {','.join(options.inputs)} to {out} failed: {failure_line(e)}") from e
     # Too many rejects: raise before committing anything, keeping _temporary (and the
     # rejects in it) for inspection, as the message says.
     output.check_reject_fraction(totals, options.max_reject_fraction, out)
@@ -218,6 +243,185 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     manifest["job"] = {"id": job_id, "num_shards": num_shards, "input_bytes": plan.input_bytes,
                        "seconds": round(time.monotonic() - started, 3)}
     return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures, as one line
+# ---------------------------------------------------------------------------------------------
+_PYTHON_EXCEPTION = "org.apache.spark.api.python.PythonException"  # a Python worker's error, as its text
+#: Java exceptions that mean HDFS (or the KDC) did not let the driver in.
+_REFUSALS = ("org.apache.hadoop.security.AccessControlException", "org.apache.hadoop.security.KerberosAuthException",
+             "javax.security.auth.login.LoginException", "org.ietf.jgss.GSSException",
+             "javax.security.sasl.SaslException")
+_KERBEROS_FIX = ("run kinit again (or point KRB5CCNAME at a valid ticket cache), or log Spark in from a keytab: "
+                 "--conf spark.kerberos.principal=... --conf spark.kerberos.keytab=... (spark-submit: --principal, "
+                 "--keytab)")
+
+
+def _java_exception(e: BaseException):
+    """The Java exception (a Py4J object) behind a Py4J or pyspark error, or None."""
+    from py4j.protocol import Py4JJavaError
+
+    if isinstance(e, Py4JJavaError):
+        return e.java_exception
+    return getattr(e, "_origin", None)  # pyspark.errors' CapturedException keeps the Java exception there
+
+
+def _java_chain(throwable) -> list[tuple[str, str]]:
+    """``(class name, message)`` of a Java exception and its causes, outermost first."""
+    chain = []
+    while throwable is not None and len(chain) < 64:
+        chain.append((str(throwable.getClass().getName()), str(throwable.getMessage() or "")))
+        throwable = throwable.getCause()
+    return chain
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def _java_cause(chain: list[tuple[str, str]]) -> str:
+    """The line for a Java failure: a Python worker's (its TaskFailed line, or its last exception line),
+    else the root cause, ``Class: first line of its message``."""
+    for name, message in chain:
+        if name == _PYTHON_EXCEPTION:
+            return worker_line(message)
+    for _, message in chain:  # a worker's text in a message (its exception object left on an executor)
+        if "Traceback (most recent call last)" in message:
+            return worker_line(message)
+    name, message = chain[-1]
+    return f"{name.rsplit('.', 1)[-1]}: {_first_line(message)}" if message else name.rsplit(".", 1)[-1]
+
+
+def failure_line(e: BaseException) -> str:
+    """One line for anything that stopped a Spark job: the cause and the file.
+
+    A task of ours failed: its :class:`~tfrecord_io.conversion.failure.TaskFailed` line (``no space left
+    on device writing <file>``, an input's ``<file>: truncated at byte N``); any other failure in a
+    Python worker: its last exception line; a Java failure (a ``Py4JJavaError``, or one of
+    ``pyspark.errors``' exceptions over it): the root cause of its chain of causes, by class; a JVM that
+    went away: that."""
+    from py4j.protocol import Py4JError
+
+    java = _java_exception(e)
+    if java is not None:
+        try:
+            return _java_cause(_java_chain(java))
+        except Py4JError:  # the JVM is gone: the text is all there is
+            pass
+    text = str(e)
+    if "Traceback (most recent call last)" in text:
+        return worker_line(text)
+    if isinstance(e, Py4JError):
+        return f"the Spark JVM went away ({_first_line(text) or type(e).__name__})"
+    return cause_line(e)
+
+
+def start_failure(e: BaseException) -> Exception:
+    """What to raise when a SparkSession does not start: PermissionError (exit 2, as a refusal found
+    while planning) when HDFS or the KDC did not let the driver in -- an expired Kerberos ticket, say,
+    with what to do; else :class:`ConversionError` naming the cause (a JVM that did not start: its own
+    error is on stderr above)."""
+    from pyspark.errors import PySparkException
+
+    if isinstance(e, PySparkException) and e.getCondition() == "JAVA_GATEWAY_EXITED":
+        return ConversionError("Spark did not start: its JVM exited before it was up (its own error is above: "
+                               "java, JAVA_HOME, SPARK_HOME, --conf)")
+    java = _java_exception(e)
+    chain = []
+    if java is not None:
+        try:
+            chain = _java_chain(java)
+        except Exception:  # noqa: BLE001 - the JVM is gone: the cause below is the text
+            chain = []
+    refusals = [(name, message) for name, message in chain if name in _REFUSALS]
+    if refusals:
+        name, message = refusals[-1]
+        where = next((m.split("DestHost:destPort ", 1)[1].split(" ", 1)[0] for _, m in chain
+                      if "DestHost:destPort " in m), None)
+        kerberos = any(word in message for word in ("KERBEROS", "Kerberos", "GSS", "TGT", "ticket", "login"))
+        return PermissionError(f"Spark did not start: {'Kerberos' if kerberos else 'HDFS'} refused the driver"
+                               f"{f' at {where}' if where else ''} ({name.rsplit('.', 1)[-1]}: "
+                               f"{_first_line(message)})" + (f": {_KERBEROS_FIX}" if kerberos else ""))
+    return ConversionError(f"Spark did not start: {_java_cause(chain) if chain else failure_line(e)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A job's own session: started, quiet, stopped
+# ---------------------------------------------------------------------------------------------
+#: Spark's log lines of a start that fails (the Java stack of "Error initializing SparkContext", the
+#: Hadoop client's retries): the error line says it once.  Quiet while the session starts only.
+_START_LOGGERS = ("org.apache.spark.SparkContext", "org.apache.hadoop.ipc.Client",
+                  "org.apache.hadoop.security.UserGroupInformation")
+#: Spark's log lines of a failing task (each with the worker's whole traceback), and of its retries:
+#: the error line says it once.  Quiet for the job.
+_TASK_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                 "org.apache.spark.api.python.PythonRunner")
+
+
+def _log_levels(jvm, levels: dict[str, Any]) -> dict[str, Any]:
+    """Set the driver JVM's log4j2 level of each named logger (a level's name, or None: as its parent's);
+    return what they were, for this function to put back."""
+    ctx = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = ctx.getConfiguration()
+    before = {}
+    for name, level in levels.items():
+        own = config.getLoggerConfig(name)
+        before[name] = str(own.getLevel().name()) if own.getName() == name and own.getLevel() is not None else None
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            name, jvm.org.apache.logging.log4j.Level.toLevel(level or "OFF"))
+        if level is None:  # back to inheriting the parent's level
+            config.getLoggerConfig(name).setLevel(None)
+    ctx.updateLoggers()
+    return before
+
+
+def _spark_logging_ready(jvm) -> None:
+    """Have Spark set its logging up now, before any level is set: spark-submit drops its own set-up
+    before it runs the application, and the application's first log line would load Spark's defaults
+    again over the levels set here (silently: no second "Using Spark's default log4j profile")."""
+    from py4j.protocol import Py4JError
+
+    try:
+        getattr(getattr(jvm.org.apache.spark.util, "Utils$"), "MODULE$").initializeLogIfNecessary(False, True)
+    except Py4JError:  # another Spark: its lines of a failed start may show
+        pass
+
+
+@contextlib.contextmanager
+def job_session(builder, conf=None, *, debug: bool = False):
+    """The SparkSession of a job run from a command line (``tfrecord-io convert --engine spark``, and
+    spark-submit's driver): ``builder.getOrCreate()`` -- on ``conf`` (a SparkConf) when this process
+    starts the JVM -- stopped at the end.  A start that fails raises :func:`start_failure` (one line).
+    Unless ``debug``, Spark's log of a failed start and of failing tasks is quiet (``_START_LOGGERS``,
+    ``_TASK_LOGGERS``): the error line names the cause once; ``--debug`` shows all of it, with the
+    traceback.  Spark's INFO lines (a few per task) are off unless ``spark.log.level`` is set."""
+    from pyspark import SparkConf, SparkContext
+
+    quiet = not debug
+    before: dict = {}
+    try:
+        if quiet:
+            SparkContext._ensure_initialized(conf=conf)  # the JVM (or spark-submit's), with no SparkContext yet
+            _spark_logging_ready(SparkContext._jvm)
+            levels = dict.fromkeys(_START_LOGGERS, "OFF")
+            if not (SparkConf().get("spark.log.level", None) or conf is not None and conf.get("spark.log.level", None)):
+                levels[""] = "WARN"  # the root logger: spark-submit's INFO lines of a start, as after it (below)
+            before = _log_levels(SparkContext._jvm, levels)
+            before.pop("", None)
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - a start that fails is one line
+        raise start_failure(e) from e
+    try:
+        if before:
+            _log_levels(SparkContext._jvm, before)
+        if not spark.sparkContext.getConf().get("spark.log.level", None):
+            spark.sparkContext.setLogLevel("WARN")
+        if quiet:
+            _log_levels(SparkContext._jvm, dict.fromkeys(_TASK_LOGGERS, "OFF"))
+        yield spark
+    finally:
+        spark.stop()
 
 
 def _local_workers_take_the_keytab(sc) -> None:
@@ -402,6 +606,9 @@ class ReadStage:
         return parsing.input_schema(self.schema)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return task_errors(self._parsed(batches))
+
+    def _parsed(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # A task of many small files parses many small batches: they leave the task merged, up to
         # COALESCE_ROWS rows or block_size bytes, so that what follows (the JVM's Arrow reader, the
         # write stage's encoder) pays its per-batch cost per thousands of rows, not per file.
@@ -473,6 +680,7 @@ class ReadStage:
             stream, rng = inputs.open_input(split.source), None
         else:
             stream, rng = inputs.open_line_range(split.source, split.start, split.end)
+            kw["byte_offset"] = rng.first  # errors in a later split name the file's byte, not a line
             if self.input_format == "csv" and s.csv.header and split.start > 0:
                 kw["header_names"] = self.headers[split.source]
         with stream:
@@ -606,6 +814,9 @@ class DealRows:
     num_shards: int
 
     def __call__(self, index: int, rows: Iterable) -> Iterator[tuple]:
+        return task_errors(self._dealt(index, rows))
+
+    def _dealt(self, index: int, rows: Iterable) -> Iterator[tuple]:
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
@@ -627,6 +838,9 @@ class WriteDealt:
     shuffled: bool = True
 
     def __call__(self, items: Iterable[tuple]) -> Iterator[dict]:
+        return task_errors(self._written(items))
+
+    def _written(self, items: Iterable[tuple]) -> Iterator[dict]:
         from pyspark import TaskContext
 
         pieces = (piece for _, piece in items)
@@ -648,7 +862,7 @@ class ReadAndWrite:
     write: Any
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return self.write(self.read(batches))
+        return task_errors(self.write(self.read(batches)))
 
 
 def _q(name: str) -> str:
@@ -750,6 +964,9 @@ class WriteStage:
     splits: Any = None  # tfrecord_io.conversion.splits.Splits: one file per split per shard
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return task_errors(self._written(batches))
+
+    def _written(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -816,7 +1033,15 @@ class WriteStage:
             reason = batch.column(batch.schema.get_field_index(REASON))
             bad = reason.is_valid().to_numpy(zero_copy_only=False)
             good_idx = np.flatnonzero(~bad)
+            unusable = {}
+            if self.partition_by and len(good_idx):  # a value no directory can be named after: a reject
+                good = batch.take(pa.array(good_idx, pa.int64()))
+                unusable = {int(good_idx[j]): why for j, why in
+                            unusable_values([good.column(c) for c in self.partition_by], self.partition_by).items()}
+                if unusable:
+                    good_idx = np.array([i for i in good_idx if int(i) not in unusable], dtype=np.int64)
             records, refused = self._encode(batch, good_idx)
+            refused.update(unusable)
             which = None
             if self.splits is not None and len(records):
                 encoded_idx = [int(i) for i in good_idx if int(i) not in refused]  # the rows of `records`

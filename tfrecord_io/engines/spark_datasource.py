@@ -74,7 +74,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourc
                                     WriterCommitMessage)
 
 from tfrecord_io.conversion import columns
-from tfrecord_io.conversion.failure import worker_error
+from tfrecord_io.conversion.failure import TaskFailed, cause_line, worker_error
 from tfrecord_io.conversion.options import COMPRESSIONS, check_fraction, default_num_shards
 from tfrecord_io.conversion.splits import Splits
 from tfrecord_io.core import codec
@@ -85,7 +85,8 @@ from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteT
                                                column_plan, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, lease, output
 from tfrecord_io.storage.permissions import Permissions, parse_umask
-from tfrecord_io.storage.partitions import check_partition_columns, parse_partition_path, partition_codes, prune
+from tfrecord_io.storage.partitions import (check_partition_columns, parse_partition_path, partition_codes, prune,
+                                            unusable_values)
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.storage.sources import infer_files_schema
 
@@ -152,6 +153,14 @@ class _Writer(DataSourceArrowWriter):
 
     # -- executors ---------------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
+        try:
+            return self._write(iterator)
+        except TaskFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed task says it in one line (conversion.failure)
+            raise TaskFailed(cause_line(e)) from e
+
+    def _write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -182,6 +191,10 @@ class _Writer(DataSourceArrowWriter):
                             errors[i] = why[j]
                     which = np.array([w for w in assigned if w is not None], dtype=np.int64)
                     encoded = encoded.filter(pa.array([w is not None for w in assigned]))
+                if self.partition_by:  # a value no directory can be named after: a reject
+                    names = [p["name"] for p in self.partition_by]
+                    for i, why in unusable_values([batch.column(n) for n in names], names).items():
+                        errors[i] = errors[i] or why
                 bad = np.array([e is not None for e in errors], dtype=bool)
                 if bad.any():
                     rows = batch.filter(pa.array(bad)).to_pylist()

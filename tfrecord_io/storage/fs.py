@@ -246,6 +246,19 @@ _RENAMEAT2 = _renameat2()
 _AT_FDCWD, _RENAME_NOREPLACE = -100, 1
 
 
+class _LocalWriter(io.FileIO):
+    """A local file opened for writing whose write errors name it: a plain file's say only ``No
+    space left on device`` (ENOSPC, EDQUOT and EIO strike at a write, or at the flush of close)."""
+
+    def write(self, b):
+        try:
+            return super().write(b)
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            raise type(e)(e.errno, e.strerror, self.name) from e
+
+
 class LocalFileSystem(FileSystem):
     """Plain paths and ``file://`` URIs, with the same contract as HDFS."""
 
@@ -256,10 +269,11 @@ class LocalFileSystem(FileSystem):
         _check_mode(uri, mode)
         path = _local_path(uri)
         try:
-            if mode != "rb":
-                parent = os.path.dirname(os.path.abspath(path))
-                os.makedirs(parent, exist_ok=True)
-            return builtins.open(path, mode)
+            if mode == "rb":
+                return builtins.open(path, mode)
+            parent = os.path.dirname(os.path.abspath(path))
+            os.makedirs(parent, exist_ok=True)
+            return io.BufferedWriter(_LocalWriter(path, mode[0]), buffer_size=io.DEFAULT_BUFFER_SIZE)
         except OSError as e:
             self._reraise(e, uri)
 
@@ -362,6 +376,8 @@ _BY_JAVA_CLASS = {
     "PathIsNotDirectoryException": NotADirectoryError,
     "PathIsNotEmptyDirectoryException": OSError,
 }
+#: The NameNode's quota refusals (their messages name the directory and the quota): EDQUOT.
+_QUOTA_EXCEPTIONS = ("DSQuotaExceededException", "NSQuotaExceededException", "QuotaByStorageTypeExceededException")
 _ERRNO = {
     PermissionError: errno.EACCES, FileNotFoundError: errno.ENOENT, FileExistsError: errno.EEXIST,
     NotADirectoryError: errno.ENOTDIR, IsADirectoryError: errno.EISDIR,
@@ -384,6 +400,8 @@ def _map_error(e: BaseException, uri: str, client: "HdfsFileSystem | None" = Non
         cls = _BY_JAVA_CLASS.get(java_class, OSError)
         if java_class == "PathIsNotEmptyDirectoryException":
             return OSError(errno.ENOTEMPTY, message, uri)
+        if java_class in _QUOTA_EXCEPTIONS:  # "The DiskSpace quota of /d is exceeded: quota = ..."
+            return OSError(errno.EDQUOT, f"{message} ({java_class})", uri)
         if "(is not a directory)" in message:  # a path component is a file
             cls = NotADirectoryError
         return cls(_ERRNO.get(cls, errno.EIO), f"{message} ({java_class})", uri)

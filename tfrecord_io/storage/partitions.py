@@ -15,15 +15,19 @@ them as ordinary features.
 Directory names: ``name=value``, the value as Spark prints it (integers in decimal, booleans
 ``true``/``false``, dates ``YYYY-MM-DD``), with the characters Hive escapes written ``%XX``
 (Spark's ``ExternalCatalogUtils.escapePathName``); a null or empty value is Hive's
-``__HIVE_DEFAULT_PARTITION__``.
+``__HIVE_DEFAULT_PARTITION__``.  A value no directory can be named after -- one holding a NUL
+byte (Hive does not escape it, and no file system takes it), or one whose ``name=value`` is longer
+than the :data:`MAX_NAME_BYTES` a name may be on local disks and HDFS -- makes its row a reject
+(:func:`unusable_values`), naming the column; the rest of the input converts.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-__all__ = ["DEFAULT_PARTITION", "PARTITION_ARROW_TYPES", "check_partition_columns", "escape", "partition_codes",
-           "partition_dir", "parse_partition_path", "prune", "select_partitions", "unescape"]
+__all__ = ["DEFAULT_PARTITION", "MAX_NAME_BYTES", "PARTITION_ARROW_TYPES", "check_partition_columns", "escape",
+           "partition_codes", "partition_dir", "parse_partition_path", "prune", "select_partitions", "unescape",
+           "unusable_values"]
 
 #: The comparisons :func:`prune` decides from a partition directory's value.
 PRUNE_OPS = ("=", "in", "<", "<=", ">", ">=", "is_null", "is_not_null")
@@ -116,6 +120,47 @@ def partition_codes(columns: Iterable[Any], names: Sequence[str]) -> tuple[Any, 
     unique, codes = np.unique(stacked, axis=0, return_inverse=True)
     values = [{n: d[int(k)] for n, d, k in zip(names, dictionaries, row)} for row in unique]
     return codes.reshape(-1), [partition_dir(v) for v in values], values
+
+
+#: The longest name (bytes of UTF-8) of a file or directory: NAME_MAX of Linux file systems, and
+#: HDFS's ``dfs.namenode.fs-limits.max-component-length`` default.
+MAX_NAME_BYTES = 255
+
+
+def _unusable(name: str, value: str) -> str | None:
+    """Why ``name=value`` cannot name a directory (a reject's reason, naming the column), or None."""
+    if "\x00" in value:
+        return f"partition column {name!r}: its value holds a NUL byte, which no directory name can hold"
+    size = len(f"{escape(name)}={escape(value)}".encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        return (f"partition column {name!r}: its value makes a directory name of {size} bytes, longer than the "
+                f"{MAX_NAME_BYTES} a file system allows")
+    return None
+
+
+def unusable_values(columns: Iterable[Any], names: Sequence[str]) -> dict[int, str]:
+    """The rows whose partition values no directory can be named after (module doc): ``{row: reason}``,
+    the first such column's reason per row, from the partition columns' Arrow arrays (one per name).
+    Python runs once per distinct value, not per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    refused: dict[int, str] = {}
+    for name, col in zip(names, columns):
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            continue  # integers, booleans and dates always make a name
+        encoded = pc.dictionary_encode(col)
+        bad = {k: why for k, value in enumerate(encoded.dictionary.to_pylist())
+               if value is not None and (why := _unusable(name, value)) is not None}
+        if not bad:
+            continue
+        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        for k, why in bad.items():
+            for row in np.flatnonzero(indices == k):
+                refused.setdefault(int(row), why)
+    return refused
 
 
 def select_partitions(source, wanted: dict | None):
