@@ -105,12 +105,24 @@ def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[di
     return exits.OK
 
 
-def _plan(args: argparse.Namespace):
-    """(the plan of the parsed arguments, None) or (None, the exit status, reported)."""
+def _options(args: argparse.Namespace):
+    """(the conversion's options, read once from the parsed arguments, None) or (None, the exit status, reported)."""
+    try:
+        return opts.from_args(args), None
+    except Exception as e:  # noqa: BLE001 - reported like any outcome
+        return None, exits.report(COMMAND, e, debug=getattr(args, "debug", False))
+
+
+def _plan(args: argparse.Namespace, options: opts.ConversionOptions | None = None):
+    """(the plan of ``options``, else of the parsed arguments, None) or (None, the exit status, reported)."""
     from tfrecord_io.conversion.plan import plan_conversion
 
+    if options is None:
+        options, code = _options(args)
+        if options is None:
+            return None, code
     try:
-        return plan_conversion(opts.from_args(args)), None
+        return plan_conversion(options), None
     except Exception as e:  # noqa: BLE001 - reported like any outcome
         return None, exits.report(COMMAND, e, debug=getattr(args, "debug", False))
 
@@ -200,10 +212,14 @@ def _configure_logging() -> None:
 
 def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> int:
     """The Beam pipeline with ``beam_args`` as pipeline options (``--runner=...``): refuse what Beam
-    does not take, plan (as Beam's ``--hdfs_user``), run."""
-    why = _refused_by_beam(args)
-    if why is not None:
-        return why
+    does not take, plan (as Beam's ``--hdfs_user``), run.  The options are read once, here."""
+    options, code = _options(args)
+    if options is None:
+        return code
+    why = options.needs_spark()
+    if why is not None:  # exit 2 before anything is listed: only the Spark job has it
+        return exits.fail(COMMAND, f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
+                                   f"jobs/to_tfrecord.py)")
     from tfrecord_io.engines import beam as tbeam
 
     try:
@@ -216,7 +232,7 @@ def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> 
     from apache_beam.options.pipeline_options import HadoopFileSystemOptions
 
     with tbeam.as_hdfs_user(pipeline.view_as(HadoopFileSystemOptions).hdfs_user):
-        plan, code = _plan(args)
+        plan, code = _plan(args, options)
         if plan is None:
             return code
         ran = {}
@@ -242,18 +258,6 @@ def beam_main(argv: list[str] | None = None, *, faults=None) -> int:
     if code is not None:
         return code
     return run_beam(args, beam_args, faults=faults)
-
-
-def _refused_by_beam(args: argparse.Namespace) -> int | None:
-    """Exit 2 (before anything is listed) for options that only the Spark job has; else None."""
-    try:
-        why = opts.from_args(args).needs_spark()
-    except ValueError:
-        return None  # a bad value: planning reports it
-    if why is None:
-        return None
-    return exits.fail(COMMAND, f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
-                               f"jobs/to_tfrecord.py)")
 
 
 # ------------------------------------------------------------------------ tfrecord-io convert

@@ -635,8 +635,9 @@ def run_conversion(plan: Plan | ConversionOptions, options: PipelineOptions | No
     started = time.monotonic()
     options = options or PipelineOptions([])
     conv = plan.options if isinstance(plan, Plan) else plan
-    if conv.needs_spark():
-        raise ValueError(f"{conv.needs_spark()}: use the Spark job for it")
+    why = conv.needs_spark()
+    if why:
+        raise ValueError(f"{why}: use the Spark job for it")
     hdfs = options.view_as(HadoopFileSystemOptions)
     if hdfs.hdfs_host or hdfs.hdfs_port:
         log.warning("--hdfs_host/--hdfs_port are not used: hdfs:// URIs name their NameNode, read over native RPC")
@@ -712,17 +713,11 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
     if sequence:
         summary += f" ({totals.rows_in_records} rows in the {totals.records} sequence examples)"
     try:
-        if job.splits is None:
-            if job.schema.record_type == "example":
-                totals.present = output.sum_present(d.get("present") for d in report if d["kind"] == "records")
-            manifest = output.commit(conv.output, shard_files, reject_files, totals, schema=job.schema,
-                                     compression=conv.compression, engine="beam",
-                                     max_reject_fraction=conv.max_reject_fraction, permissions=job.plan.permissions)
-        else:
-            manifest = output.commit_splits(conv.output, job.splits, shard_files, reject_files, totals,
-                                            schema=job.schema, compression=conv.compression, engine="beam",
-                                            max_reject_fraction=conv.max_reject_fraction,
-                                            permissions=job.plan.permissions)
+        if job.splits is None and job.schema.record_type == "example":
+            totals.present = output.sum_present(d.get("present") for d in report if d["kind"] == "records")
+        manifest = output.commit_output(conv.output, shard_files, reject_files, totals, splits=job.splits,
+                                        schema=job.schema, compression=conv.compression, engine="beam",
+                                        max_reject_fraction=conv.max_reject_fraction, permissions=job.plan.permissions)
     except output.RejectLimitExceeded:
         log.error("beam conversion %s -> %s FAILED on %s: %s", ",".join(conv.inputs), conv.output, ran, summary)
         raise

@@ -226,15 +226,10 @@ def run_conversion(spark, plan: Plan | ConversionOptions, *, faults=None) -> dic
     common = dict(schema=plan.schema, compression=options.compression, engine="spark",
                   max_reject_fraction=options.max_reject_fraction, permissions=plan.permissions)
     try:
-        if options.partition_by:
-            by_name = {f.name: f for f in plan.schema.features}
-            manifest = output.commit_partitions(
-                out, [{"name": c, "type": by_name[c].type} for c in options.partition_by], files, rejects, totals,
-                **common)
-        elif plan.splits is None:
-            manifest = output.commit(out, files, rejects, totals, **common)
-        else:
-            manifest = output.commit_splits(out, plan.splits, files, rejects, totals, **common)
+        by_name = {f.name: f for f in plan.schema.features}
+        manifest = output.commit_output(out, files, rejects, totals, splits=plan.splits,
+                                        partition_by=[{"name": c, "type": by_name[c].type}
+                                                      for c in options.partition_by], **common)
     except output.RejectLimitExceeded:
         raise
     except Exception as e:

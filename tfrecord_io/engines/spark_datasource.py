@@ -261,12 +261,8 @@ class _Writer(DataSourceArrowWriter):
             totals.rejected += m.rejected
         common = dict(schema=self.schema, compression=self.compression, engine="spark-datasource",
                       max_reject_fraction=self.max_reject_fraction, permissions=self.permissions)
-        if self.partition_by:
-            output.commit_partitions(self.path, list(self.partition_by), files, rejects, totals, **common)
-        elif self.splits is None:
-            output.commit(self.path, files, rejects, totals, **common)
-        else:
-            output.commit_splits(self.path, self.splits, files, rejects, totals, **common)
+        output.commit_output(self.path, files, rejects, totals, splits=self.splits,
+                             partition_by=list(self.partition_by), **common)
 
     def abort(self, messages: list) -> None:
         output.abort(self.path)

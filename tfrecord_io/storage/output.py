@@ -425,6 +425,21 @@ def commit_partitions(output: str, partition_by: list[dict], files: list[Written
     return top
 
 
+def commit_output(output: str, files: list[WrittenFile], rejects: list[WrittenFile], totals: ConversionTotals, *,
+                  splits=None, partition_by: list[dict] | None = None, **common) -> dict:
+    """The commit of any conversion, whichever its layout: :func:`commit_partitions` with
+    ``partition_by`` (``[{"name", "type"}]``), :func:`commit_splits` with ``splits``, else
+    :func:`commit`.  ``common``: their keyword arguments (``schema``, ``compression``, ``engine``,
+    ``max_reject_fraction``, ``permissions``).  The one place every engine chooses."""
+    if partition_by and splits is not None:
+        raise ValueError("an output is split or partitioned, not both")
+    if partition_by:
+        return commit_partitions(output, list(partition_by), files, rejects, totals, **common)
+    if splits is not None:
+        return commit_splits(output, splits, files, rejects, totals, **common)
+    return commit(output, files, rejects, totals, **common)
+
+
 def write_partition_shards(batches: Iterable, output: str, attempt: str, task_key: str, compression: str,
                            level: int = DEFAULT_COMPRESSION_LEVEL) -> list[WrittenFile]:
     """Write ``(records, codes, dirs)`` batches (record i goes to partition ``dirs[codes[i]]``) to
