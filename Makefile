@@ -1,5 +1,7 @@
 # tfrecord-io: every target does its own set-up on a fresh machine (Python 3.11, Java 17, Maven).
-#   make demo   set up, then convert the demo data and train on it (see README)
+#   make demo   install the package, then convert the demo data and train on it (see README): Spark in local
+#               mode on local disk, so none of the Hadoop or job-server jars (`tfrecord-io demo --hdfs` fetches
+#               the Hadoop ones on its first start)
 #   make test   set up, then run the whole test suite (what CI runs)
 #   make check  the fast tier: the tests that need no JVM (Java, Maven, HDFS, Spark, Flink) and are not slow
 #   make bench  set up, then run every benchmark in benchmarks/ and print its ratio table
@@ -12,10 +14,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test check bench fuzz hadoop flink clean
 
+# PYTHONWARNINGS silences setuptools' editable-install banner ("Editable installation. ... folders in your
+# working directory with the same name as your package ..."), which pip shows even with --quiet.
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[all,test]'
 	@touch $@
 
 # The Apache Hadoop 3.5.0 jars for the local HDFS, resolved by Maven into ~/.cache/tfrecord-io.
@@ -30,7 +34,7 @@ flink: $(STAMP)
 
 setup: $(STAMP) hadoop flink
 
-demo: setup
+demo: $(STAMP)
 	$(VENV)/bin/tfrecord-io demo
 
 test: setup

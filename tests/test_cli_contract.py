@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import shlex
 
 import pytest
 
-from helpers import tfrecord_io_cli
+from helpers import REPO, tfrecord_io_cli
 from tfrecord_io.core.schema import Schema
 
 
@@ -115,3 +117,91 @@ def test_every_command_keeps_the_contract(made, name, args, code, names):
 
 def test_every_done_row_says_what_done_means():
     assert {c[0] for c in CASES if c[2] == 0} == set(DONE)
+
+
+# ---------------------------------------------------------------------------------------------
+# hdfs-local: one parser per action (issue #32), so each action's --help lists its flags only.
+# Nothing here starts a cluster: parsing and --help need no Java.
+# ---------------------------------------------------------------------------------------------
+HDFS_LOCAL_FLAGS = {
+    "start": {"--dir", "--timeout", "--port", "--http-port", "--block-size", "--datanodes", "--ha", "--kerberos",
+              "--data-protection", "--ticket-lifetime", "--yarn"},
+    "stop": {"--dir"},
+    "status": {"--dir"},
+    "failover": {"--dir", "--timeout"},
+    "stop-datanode": {"--dir", "--timeout", "--index"},
+    "fetch": set(),
+}
+
+
+def _usage_flags(help_text: str) -> set[str]:
+    """The flags a --help's usage lines name (the usage ends at the first blank line)."""
+    usage = help_text.split("\n\n", 1)[0]
+    return set(re.findall(r"\[?(--[a-z][a-z-]*)", usage)) - {"--help"}
+
+
+@pytest.mark.parametrize("action", sorted(HDFS_LOCAL_FLAGS))
+def test_each_hdfs_local_action_has_its_own_help(action):
+    proc = tfrecord_io_cli("hdfs-local", action, "--help")
+    text = proc.stdout
+    assert text.startswith(f"usage: tfrecord-io hdfs-local {action} "), text
+    assert _usage_flags(text) == HDFS_LOCAL_FLAGS[action], text
+    options = text.split("\noptions:\n", 1)[1]
+    for flag in HDFS_LOCAL_FLAGS[action]:  # each flag is explained, not only named
+        assert re.search(rf"^  {flag}\b.*\S", options, re.MULTILINE), f"{flag} has no help line:\n{text}"
+    others = set().union(*HDFS_LOCAL_FLAGS.values()) - HDFS_LOCAL_FLAGS[action]
+    assert not {f for f in others if re.search(rf"^  {f}\b", options, re.MULTILINE)}, text
+
+
+def test_hdfs_local_help_lists_the_actions():
+    text = tfrecord_io_cli("hdfs-local", "--help").stdout
+    listed = re.findall(r"^    ([a-z-]+)", text, re.MULTILINE)
+    assert listed == ["start", "stop", "status", "failover", "stop-datanode", "fetch"], text
+    options = text.split("\noptions:\n", 1)[1]
+    assert re.findall(r"^  (-\S+)", options, re.MULTILINE) == ["-h,"], text  # the actions' flags are theirs
+    assert "ACTION --help" in text, text  # and it says where they are
+
+
+@pytest.mark.parametrize("args,names", [
+    (["bogus"], "invalid choice: 'bogus'"),
+    ([], "ACTION"),
+    (["stop", "--kerberos"], "unrecognized arguments: --kerberos"),
+    (["fetch", "--yarn"], "unrecognized arguments: --yarn"),
+    (["stop-datanode", "--dir", "/nonexistent"], "--index"),
+    (["start", "--block-size", "lots"], "not a size: 'lots'"),
+], ids=["unknown action", "no action", "another action's flag", "a flag of no action", "stop-datanode without --index",
+        "a bad value"])
+def test_hdfs_local_bad_usage_exits_2_with_the_actions_usage(args, names):
+    proc = tfrecord_io_cli("hdfs-local", *args, check=False)
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr and proc.stdout == "", proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and names in errors[0], proc.stderr
+    action = args[0] if args and args[0] in HDFS_LOCAL_FLAGS else None
+    usage = f"usage: tfrecord-io hdfs-local {action} " if action else "usage: tfrecord-io hdfs-local [-h] ACTION"
+    assert proc.stderr.startswith(usage), proc.stderr  # the usage of what was mistyped, not of tfrecord-io
+
+
+def _documented_hdfs_local_invocations() -> list[str]:
+    found = []
+    for path in [REPO / "README.md", REPO / "Makefile", REPO / "BENCHMARKS.md", *sorted((REPO / "docs").glob("*.md"))]:
+        found += [m.strip() for m in re.findall(r"tfrecord-io hdfs-local ([^`#\n]*)", path.read_text())]
+    return found
+
+
+def test_every_documented_hdfs_local_invocation_still_parses():
+    from tfrecord_io.commands.cli import build_parser
+
+    documented = _documented_hdfs_local_invocations()
+    assert {line.split()[0] for line in documented} == set(HDFS_LOCAL_FLAGS), documented  # every action
+    parser = build_parser()
+    for line in documented:
+        args = parser.parse_args(["hdfs-local", *shlex.split(line)])  # argparse exits 2 on one that does not parse
+        assert args.action == line.split()[0], line
+    secure = parser.parse_args(shlex.split("hdfs-local start --kerberos --ha --datanodes 3 --yarn --dir /tmp/secure"))
+    assert (secure.kerberos, secure.ha, secure.datanodes, secure.yarn) == (True, True, 3, True) and secure.dir == "/tmp/secure"
+    assert (secure.block_size, secure.ticket_lifetime, secure.timeout) == (1 << 20, 86400, 180.0)
+    assert parser.parse_args(shlex.split("hdfs-local stop-datanode --index 1 --dir /d")).index == 1
+    for argv in ("hdfs-local --dir /d status", "hdfs-local status --dir /d"):  # --dir before the action still works
+        assert parser.parse_args(shlex.split(argv)).dir == "/d", argv
+    assert parser.parse_args(["hdfs-local", "stop"]).dir is None  # the default: hdfs_local.default_base_dir()

@@ -29,6 +29,7 @@ _EXPORTS = {
     "LoaderResume": "tfrecord_io.engines.loader",
     "keras_inputs": "tfrecord_io.engines.keras_inputs",
     "read_batches": "tfrecord_io.engines.batches",
+    "Ragged": "tfrecord_io.engines.batches",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,8 @@
 """``tfrecord-io hdfs-local start|stop|status|failover|stop-datanode|fetch``: a local HDFS (and
 YARN) on loopback, optionally with several DataNodes, two NameNodes (HA) and Kerberos.
 
-Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
+Each action is a subcommand with its own flags: ``tfrecord-io hdfs-local start --help`` lists
+start's only.  Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
 """
 
 from __future__ import annotations
@@ -10,67 +11,91 @@ import argparse
 
 from tfrecord_io.commands import exits
 
-_HELP = """\
-actions:
-  start    start a NameNode + DataNode on 127.0.0.1 in the background, wait until it is
-           ready, print its hdfs:// and WebHDFS addresses and the variables to export;
-           --datanodes N: N DataNodes (replication min(N, 3));
-           --ha: two NameNodes, nn1 active and nn2 standby, in the nameservice minidfs-ns
-           (hdfs://minidfs-ns);
-           --kerberos: a KDC (realm EXAMPLE.COM) and the cluster in secure mode; prints
-           KRB5_CONFIG and KRB5CCNAME (a ticket for <you>@EXAMPLE.COM, no kinit needed) and
-           that principal's keytab;
-           --yarn: also a ResourceManager + NodeManager (6 GiB, 4 vcores) on localhost, their
-           yarn-site.xml in the same HADOOP_CONF_DIR (`spark-submit --master yarn`); with
-           --kerberos a secure YARN (yarn/localhost@EXAMPLE.COM; spark-submit needs the
-           printed -Djava.security.krb5.conf, e.g. in SPARK_SUBMIT_OPTS)
-  stop     shut it down, YARN included (each start begins with an empty filesystem)
-  status   print the addresses and options if it is running (exit status 1 if not)
-  failover (--ha) shut the active NameNode down and make the standby active; the next
-           failover starts the stopped one again and fails back to it
-  stop-datanode --index I
-           stop DataNode I (0-based, as started); the NameNodes count it dead at once
-  fetch    only download the Hadoop jars with Maven (needs `mvn`; `start` does this too)
-
+_NOTE = """\
 --dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/hdfs-local.  Needs Java 17+ and
 Maven; the first start downloads about 120 MB of Apache Hadoop 3.5.0 jars from Maven Central.
 """
 
+# (action, its line in `hdfs-local --help`, its description in `hdfs-local ACTION --help`)
+_ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("start", "start a local HDFS (and, with --yarn, YARN) in the background",
+     "Start a NameNode + DataNode on 127.0.0.1 in the background, wait until it is ready, and print\n"
+     "its hdfs:// and WebHDFS addresses and the variables to export.  Each start begins with an\n"
+     "empty filesystem.\n\n"
+     "--kerberos also prints KRB5_CONFIG and KRB5CCNAME (a ticket for <you>@EXAMPLE.COM, no kinit\n"
+     "needed) and that principal's keytab.  --yarn writes yarn-site.xml into the same\n"
+     "HADOOP_CONF_DIR (`spark-submit --master yarn`); with --kerberos the YARN is secure\n"
+     "(yarn/localhost@EXAMPLE.COM; spark-submit needs the printed -Djava.security.krb5.conf,\n"
+     "e.g. in SPARK_SUBMIT_OPTS)."),
+    ("stop", "shut it down, YARN included", "Shut the local HDFS down, YARN included."),
+    ("status", "print its addresses and options (exit status 1 if it is not running)",
+     "Print the addresses and options of the running local HDFS (exit status 1 if none runs)."),
+    ("failover", "(--ha) make the standby NameNode active",
+     "Of a cluster started with --ha: shut the active NameNode down and make the standby active;\n"
+     "the next failover starts the stopped one again and fails back to it."),
+    ("stop-datanode", "stop one DataNode (--index I)",
+     "Stop DataNode I (0-based, as started); the NameNodes count it dead at once."),
+    ("fetch", "only download the Hadoop jars with Maven (`start` does this too)",
+     "Only download the Apache Hadoop 3.5.0 jars with Maven (needs `mvn`) into\n"
+     "${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}; `start` does this too."),
+)
+
+
+class _ActionParser(argparse.ArgumentParser):
+    """An action's parser: a flag the action does not take is an error with the action's usage
+    (argparse leaves it to the top parser, whose usage says nothing of the action's flags)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _HELP
-    parser.add_argument("action", choices=("start", "stop", "status", "failover", "stop-datanode",
-                                           "fetch"))
-    parser.add_argument("--dir", metavar="DIR", default=None,
-                        help="base dir for data, logs, conf and state (default: see below)")
-    parser.add_argument("--port", type=int, default=0,
-                        help="NameNode RPC port for start (default: a free one)")
-    parser.add_argument("--http-port", type=int, default=0,
-                        help="NameNode HTTP/WebHDFS port for start (default: a free one)")
-    parser.add_argument("--timeout", type=float, default=180.0,
-                        help="seconds to wait for start, failover or stop-datanode "
-                             "(default: %(default)s)")
-    parser.add_argument("--block-size", type=_size, default="1m", metavar="SIZE",
-                        help="dfs.blocksize for start, in bytes or with k/m/g (default: 1m, so "
-                             "that small files span blocks; HDFS's own default is 128m)")
-    parser.add_argument("--datanodes", type=int, default=1, metavar="N",
-                        help="start: the number of DataNodes (default: %(default)s)")
-    parser.add_argument("--ha", action="store_true",
-                        help="start: two NameNodes in one HA nameservice")
-    parser.add_argument("--kerberos", action="store_true",
-                        help="start: a KDC and the cluster in secure mode")
-    parser.add_argument("--data-protection", default="authentication",
-                        choices=("authentication", "integrity", "privacy"),
-                        help="start --kerberos: dfs.data.transfer.protection and "
-                             "hadoop.rpc.protection (default: %(default)s)")
-    parser.add_argument("--ticket-lifetime", type=_duration, default="24h", metavar="DURATION",
-                        help="start --kerberos: how long the user's ticket is valid, in seconds "
-                             "or with s/m/h/d (default: 24h)")
-    parser.add_argument("--yarn", action="store_true",
-                        help="start: also start a local YARN (ResourceManager + NodeManager) on it")
-    parser.add_argument("--index", type=int, default=None, metavar="I",
-                        help="stop-datanode: which DataNode (0-based)")
+    parser.epilog = "`tfrecord-io hdfs-local ACTION --help` lists that action's flags.\n\n" + _NOTE
+    # `hdfs-local --dir D start` (--dir before the action) worked before the actions had parsers: still
+    # accepted, not shown; an action's own --dir (default SUPPRESS) does not overwrite it
+    parser.add_argument("--dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_ActionParser)
+    sub = {name: actions.add_parser(name, help=short, description=long,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                                    epilog=_NOTE if name != "fetch" else None)
+           for name, short, long in _ACTIONS}
+    for name in ("start", "stop", "status", "failover", "stop-datanode"):
+        sub[name].add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS,
+                               help="base dir for data, logs, conf and state (default: see below)")
+    for name, what in (("start", "start"), ("failover", "the failover"), ("stop-datanode", "the DataNode to stop")):
+        sub[name].add_argument("--timeout", type=float, default=180.0,
+                               help=f"seconds to wait for {what} (default: %(default)s)")
+
+    start = sub["start"]
+    start.add_argument("--port", type=int, default=0, help="NameNode RPC port (default: a free one)")
+    start.add_argument("--http-port", type=int, default=0,
+                       help="NameNode HTTP/WebHDFS port (default: a free one)")
+    start.add_argument("--block-size", type=_size, default="1m", metavar="SIZE",
+                       help="dfs.blocksize, in bytes or with k/m/g (default: 1m, so that small files span "
+                            "blocks; HDFS's own default is 128m)")
+    start.add_argument("--datanodes", type=int, default=1, metavar="N",
+                       help="the number of DataNodes; replication min(N, 3) (default: %(default)s)")
+    start.add_argument("--ha", action="store_true",
+                       help="two NameNodes, nn1 active and nn2 standby, in the HA nameservice minidfs-ns "
+                            "(hdfs://minidfs-ns)")
+    start.add_argument("--kerberos", action="store_true",
+                       help="a KDC (realm EXAMPLE.COM) and the cluster in secure mode")
+    start.add_argument("--data-protection", default="authentication",
+                       choices=("authentication", "integrity", "privacy"),
+                       help="with --kerberos: dfs.data.transfer.protection and hadoop.rpc.protection "
+                            "(default: %(default)s)")
+    start.add_argument("--ticket-lifetime", type=_duration, default="24h", metavar="DURATION",
+                       help="with --kerberos: how long the user's ticket is valid, in seconds or with "
+                            "s/m/h/d (default: 24h)")
+    start.add_argument("--yarn", action="store_true",
+                       help="also a local YARN (ResourceManager + NodeManager, 6 GiB, 4 vcores) on localhost")
+
+    sub["stop-datanode"].add_argument("--index", type=int, required=True, metavar="I",
+                                      help="which DataNode (0-based, as started)")
 
 
 def _size(text: str) -> int:
@@ -152,8 +177,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{f'; {f.active} was started again first' if f.restarted_previous else ''}), "
                   f"in {f.seconds:.1f}s")
         elif args.action == "stop-datanode":
-            if args.index is None:
-                return exits.fail("hdfs-local stop-datanode", "say which with --index I (0-based)")
             d = hdfs_local.stop_datanode(base, args.index, timeout=args.timeout)
             print(f"stopped DataNode {d.index} ({d.address})")
         else:
