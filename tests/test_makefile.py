@@ -6,14 +6,17 @@ install step shows too, whatever the state of .venv."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from helpers import REPO
 
 
 def _commands(target: str) -> list[str]:
-    proc = subprocess.run(["make", "-n", "-W", "setup.cfg", target], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    # Not make's own variables: under `make test` (CI) the inner make would print "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-W", "setup.cfg", target], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
