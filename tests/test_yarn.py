@@ -311,8 +311,9 @@ def test_killed_python_worker_mid_write_is_exactly_once(yarn, hdfs_input, local_
                       extra=["--py-files", py_files])
     killed = re.findall(r"killing task attempt \S+-p(\d+)-a0-", run.logs)
     assert sorted(set(killed)) == ["00000", "00002"], run.logs[-4000:]
-    assert re.search(r"Python worker exited unexpectedly|Lost task|TaskSetManager: Lost", run.proc.stderr), \
-        run.proc.stderr[-3000:]
+    # The retries are the job's business: Spark's log of the lost attempts stays quiet (#31 item 7); the
+    # attempts that died are in the containers' logs (above), and the output is whole (below).
+    assert not re.search(r"Lost task|TaskSetManager|Traceback", run.proc.stderr), run.proc.stderr[-3000:]
     assert not fs.exists(f"{out}/{output.TEMPORARY}")
     assert_same_output(out, local_run, rows, tmp_path)
 

@@ -47,7 +47,7 @@ def _shows_lengths(e: dict) -> bool:
 # ---------------------------------------------------------------------------------------
 def _import_tensorflow():
     """TensorFlow, imported without its start-up log lines (:mod:`tfrecord_io.engines.quiet_tf`)."""
-    tf = import_tensorflow(level="3")  # later C++ chatter too (e.g. "failed call to cuInit")
+    tf = import_tensorflow(level="3", command=True)  # later C++ chatter too (e.g. "failed call to cuInit")
     from tensorflow.core.framework import summary_pb2
 
     return tf, summary_pb2

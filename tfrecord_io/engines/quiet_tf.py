@@ -39,15 +39,16 @@ def native_stderr_to_devnull():
         os.close(devnull)
 
 
-def import_tensorflow(level: str = "1"):
-    """``tensorflow``, imported quietly the first time (module doc); a failing import raises as usual."""
+def import_tensorflow(level: str = "1", *, command: bool = False):
+    """``tensorflow``, imported quietly the first time (module doc); a failing import raises as usual.
+    ``command``: for our commands, which set the level themselves (``commands.cli``): quiet whatever it is."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ and not command:
         import tensorflow as tf
 
         return tf
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = level
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", level)
     with native_stderr_to_devnull():
         import tensorflow as tf
 

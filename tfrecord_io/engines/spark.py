@@ -350,6 +350,8 @@ _START_LOGGERS = ("org.apache.spark.SparkContext", "org.apache.hadoop.ipc.Client
                   "org.apache.hadoop.security.UserGroupInformation")
 #: Spark's log lines of a failing task (each with the worker's whole traceback), and of its retries:
 #: the error line says it once.  Quiet for the job.
+#: Its one INFO line of a start, "Submitted application application_...", names where a YARN job's logs are.
+_YARN_SUBMIT = "org.apache.hadoop.yarn.client.api.impl.YarnClientImpl"
 _TASK_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
                  "org.apache.spark.api.python.PythonRunner")
 
@@ -402,6 +404,7 @@ def job_session(builder, conf=None, *, debug: bool = False):
             levels = dict.fromkeys(_START_LOGGERS, "OFF")
             if not (SparkConf().get("spark.log.level", None) or conf is not None and conf.get("spark.log.level", None)):
                 levels[""] = "WARN"  # the root logger: spark-submit's INFO lines of a start, as after it (below)
+                levels[_YARN_SUBMIT] = "INFO"  # but YARN's "Submitted application application_...": the id of its logs
             before = _log_levels(SparkContext._jvm, levels)
             before.pop("", None)
         spark = builder.getOrCreate()
