@@ -484,12 +484,12 @@ def _check_files(files: list[WrittenFile], records: int) -> None:
 
 
 def _move(commit: Commit, output: str, files: list[WrittenFile], permissions: Permissions | None) -> None:
-    p = permissions
+    p = permissions  # (each mode worked out once: a local output's reads the process's umask)
+    shard_mode, reject_mode = (None, None) if p is None else (p.file_mode(output), p.rejects_file_mode(output))
     if any(f.final_name.startswith(REJECTS + "/") for f in files):  # renames do not create parents
         commit.makedirs(fs.join(output, REJECTS), p and p.rejects_dir_mode(output))
     for f in files:
-        mode = None if p is None else p.rejects_file_mode(output) if f.final_name.startswith(REJECTS + "/") \
-            else p.file_mode(output)
+        mode = reject_mode if f.final_name.startswith(REJECTS + "/") else shard_mode
         commit.rename(f.temp_path, fs.join(output, f.final_name), mode)
 
 

@@ -57,8 +57,7 @@ class _Confirm:
     """The walk of :func:`previous_entries`: what is confirmed, and what is not (``foreign``: no
     conversion wrote it; ``tampered``: a manifest claims it, the files do not confirm it)."""
 
-    def __init__(self, output: str):
-        self.output = output
+    def __init__(self):
         self.foreign: list[str] = []
         self.tampered: list[str] = []
 
@@ -124,14 +123,10 @@ class _Confirm:
                 self.foreign.append(rel + ("/" if fs.isdir(entry) else ""))
 
 
-def _split_names(manifest: dict) -> list[str]:
-    splits = manifest.get("splits") or {}
-    return list(splits) if isinstance(splits, (dict, list)) else []
-
-
-def _partition_dirs(manifest: dict) -> list[str]:
-    parts = manifest.get("partitions") or {}
-    return list(parts) if isinstance(parts, (dict, list)) else []
+def _named(manifest: dict, key: str) -> list:
+    """The names a manifest's ``splits`` or ``partitions`` holds (its keys; [] for anything else)."""
+    value = manifest.get(key) or {}
+    return list(value) if isinstance(value, (dict, list)) else []
 
 
 def previous_entries(output: str, *, interrupted: bool = False) -> list[str]:
@@ -146,7 +141,7 @@ def previous_entries(output: str, *, interrupted: bool = False) -> list[str]:
     if not entries:
         return []
     names = {_name(e) for e in entries}
-    check = _Confirm(output)
+    check = _Confirm()
     if MANIFEST not in names:
         for entry in entries:
             name = _name(entry)
@@ -164,14 +159,13 @@ def previous_entries(output: str, *, interrupted: bool = False) -> list[str]:
                               f"another --output") from e
     listed = check.listed_files(manifest, MANIFEST)
     children: dict[str, object] = {}
-    for split in _split_names(manifest):
+    for split in _named(manifest, "splits"):
         if not isinstance(split, str) or not split or "/" in split or split.startswith((".", "_")):
             check.tampered.append(f"{MANIFEST} names a split {split!r}")
             continue
         children[split] = lambda uri, rel, split=split: _split(check, uri, rel, split)
-    partition_dirs = _partition_dirs(manifest)
     tree: dict = {}
-    for d in partition_dirs:
+    for d in _named(manifest, "partitions"):
         parts = d.split("/") if isinstance(d, str) else []
         if not parts or any(not p or "=" not in p or p.startswith((".", "_")) for p in parts):
             check.tampered.append(f"{MANIFEST} names a partition {d!r} that is not <column>=<value>/...")
@@ -286,9 +280,8 @@ class Commit:
     As a context manager, an exception inside undoes the commit and is raised again, saying so.
     """
 
-    def __init__(self, output: str, *, interrupted: bool = False):
+    def __init__(self, output: str):
         self.output = output
-        self.interrupted = interrupted
         self.aside = fs.join(output, STAGING, PREVIOUS)
         self.steps: list[tuple] = []  # ("rename", src, dst) | ("mkdir", uri) | ("file", uri)
         self.had_previous = False
@@ -312,7 +305,7 @@ class Commit:
 
     def set_aside(self) -> None:
         """Move the previous output (confirmed again) out of the way, ``_SUCCESS`` and the manifest first."""
-        entries = previous_entries(self.output, interrupted=self.interrupted)
+        entries = previous_entries(self.output)
         if not entries:
             return
         self.had_previous = True
