@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tfrecord_io.engines.quiet_tf import import_tensorflow
+
 TAXI_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "taxi.yaml"  # conf/taxi.yaml links here
 
 
@@ -83,8 +85,8 @@ def numeric_model(schema, *, learning_rate: float = 1e-3, seed: int | None = 0):
     cross-entropy), a float label as a regression target.  ``to_xy(features, label)`` turns a
     :func:`~tfrecord_io.engines.loader.make_dataset` batch into the model's ``(x, y)``.
     """
+    tf = import_tensorflow(command=True)  # without its start-up lines (engines.quiet_tf)
     import keras
-    import tensorflow as tf
 
     if not hasattr(schema, "features"):
         from tfrecord_io.core.schema import Schema
@@ -128,8 +130,8 @@ def train_demo(source, *, schema=None, epochs: int = 2, batch_size: int = 1024, 
     and more than one epoch) and prints one line with examples/s.  The batches go to the GPU,
     when there is one, after they are turned into the model's inputs (:func:`prefetch_to_gpu`).
     """
+    tf = import_tensorflow(command=True)  # without its start-up lines (engines.quiet_tf)
     import keras
-    import tensorflow as tf
 
     from tfrecord_io.engines.keras_inputs import keras_inputs
     from tfrecord_io.engines.loader import prefetch_to_gpu, resolve_source, steps_per_epoch
