@@ -24,9 +24,9 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples
 from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.core.schema import Schema
-from tfrecord_io.commands.stats import (
-    EXACT_LIMIT, INTEGER_BARS, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary, compute_stats,
-    stats_to_dict,
+from tfrecord_io.commands.stats import compute_stats, stats_to_dict
+from tfrecord_io.core.sketches import (
+    EXACT_LIMIT, INTEGER_BARS, QUANTILES, SKETCH_ALPHA, TOP_CAPACITY, NumericSummary, StringSummary,
 )
 from tfrecord_io.commands.report import format_number, write_summaries
 
