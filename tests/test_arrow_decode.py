@@ -1,5 +1,6 @@
-"""The vectorized Arrow decoder (``tfrecord_io.core.arrow_decode``) against TensorFlow's parser, against
-the rows our encoder was given, and against ``decode_record`` (the slow reader it defers to).
+"""The vectorized Arrow decoder (``tfrecord_io.core.arrow_decode``, over the wire scanner
+``tfrecord_io.core.wire_scan``) against TensorFlow's parser, against the rows our encoder was given, and
+against ``decode_record`` (the slow reader it defers to).
 
 TensorFlow reads every feature as ``tf.io.RaggedFeature`` here (``parse_example`` /
 ``parse_sequence_example``), which gives each record's values whatever their number: a decoded
@@ -20,12 +21,13 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_io.core import arrow_decode
-from tfrecord_io.core.arrow_decode import Origin, column_type, decode_batch, scan_batch
+from tfrecord_io.core import wire_scan
+from tfrecord_io.core.arrow_decode import Origin, column_type, decode_batch
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.framing import compression_from_path, read_records
 from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.core.wire_scan import scan_batch
 
 GOLDEN = Path(__file__).parent / "golden" / "spark-tfrecord"
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -493,10 +495,10 @@ def test_scan_gives_every_key_and_kind_without_a_schema():
     scan = scan_batch(records)
     assert scan.odd.tolist() == [False, False, False, True] and not scan.has_lists.any()
     a = scan.features["a"]
-    assert a.records.tolist() == [0, 1] and a.values.kind.tolist() == [arrow_decode.KIND_INT64, arrow_decode.KIND_FLOAT]
+    assert a.records.tolist() == [0, 1] and a.values.kind.tolist() == [wire_scan.KIND_INT64, wire_scan.KIND_FLOAT]
     assert a.values.counts.tolist() == [2, 1] and a.values.ints.tolist() == [1, 2] and a.values.floats.tolist() == [0.5]
     assert scan.features["b"].values.data.to_pylist() == [b"x", b"yy"]
-    assert scan.features["é"].values.kind.tolist() == [arrow_decode.KIND_NONE]
+    assert scan.features["é"].values.kind.tolist() == [wire_scan.KIND_NONE]
 
 
 def test_float_bits_survive_nan_payloads():

@@ -135,7 +135,7 @@ class SourceStats:
 
 class _Pending:
     """One feature's values from a chunk of records, before they go into the summaries: arrays from
-    the vectorized decoder (:func:`tfrecord_io.core.arrow_decode.scan_batch`), and lists from the few
+    the vectorized decoder (:func:`tfrecord_io.core.wire_scan.scan_batch`), and lists from the few
     records it leaves to ``decode_record``."""
 
     __slots__ = ("present", "kinds", "lengths", "steps", "ints", "floats", "strings")
@@ -161,7 +161,7 @@ class _Pending:
             self.strings.extend(values)
 
     def values(self, values) -> None:
-        """The slots of a feature in a chunk, vectorized (an ``arrow_decode.Values``)."""
+        """The slots of a feature in a chunk, vectorized (a :class:`~tfrecord_io.core.wire_scan.Values`)."""
         seen = np.flatnonzero(np.bincount(values.kind, minlength=4))
         firsts = [int(np.argmax(values.kind == k)) for k in seen]
         for _, k in sorted(zip(firsts, seen.tolist())):  # kinds in the order the records show them
@@ -200,7 +200,7 @@ class _Pending:
             st.strings.add(self.strings)
 
 
-_KIND_NAMES = ("none", "bytes_list", "float_list", "int64_list")  # by arrow_decode's kind codes
+_KIND_NAMES = ("none", "bytes_list", "float_list", "int64_list")  # by wire_scan's kind codes
 
 
 def file_stats(file, _context, report) -> SourceStats:
@@ -228,7 +228,7 @@ def file_stats(file, _context, report) -> SourceStats:
 
 def _fold(out: SourceStats, file, chunk: list[bytes], offsets: list[int]) -> None:
     """Decode a chunk of records and fold what they hold into ``out``."""
-    from tfrecord_io.core.arrow_decode import scan_batch
+    from tfrecord_io.core.wire_scan import scan_batch
     from tfrecord_io.core.decode import RecordDecodeError, decode_record
 
     if not chunk:

@@ -23,7 +23,7 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
   ``--schema`` only the framing is checked.
 
 Records are checked against the schema a chunk at a time by the vectorized decoder
-(:func:`tfrecord_io.core.arrow_decode.scan_batch`); only the records it finds a problem in, or
+(:func:`tfrecord_io.core.wire_scan.scan_batch`); only the records it finds a problem in, or
 cannot take, are decoded one by one (``decode_record``, :func:`check_record`), which gives each
 problem its detail: the result is that of a record-by-record check.
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tfrecord_io.storage import fs, lease
-from tfrecord_io.core.arrow_decode import KIND_BYTES, KIND_FLOAT, KIND_INT64, is_utf8, scan_batch
+from tfrecord_io.core.wire_scan import KIND_BYTES, KIND_CODE, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.checksum import format_crc
 from tfrecord_io.core.framing import CorruptRecordError
@@ -289,8 +289,7 @@ def _suspects(scan, schema) -> tuple[np.ndarray, Counter]:
 
 def _bad_slots(f, values) -> np.ndarray:
     """The slots (records, or steps) whose value breaks the feature's rules (:func:`_check_values`)."""
-    kind = {"int64_list": KIND_INT64, "float_list": KIND_FLOAT, "bytes_list": KIND_BYTES}[f.kind]
-    bad = values.kind != kind
+    bad = values.kind != KIND_CODE[f.kind]
     k = f.fixed_length if f.is_list else 1
     if k is not None:
         bad |= values.counts != k

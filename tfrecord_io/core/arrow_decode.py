@@ -1,43 +1,10 @@
 """Serialized ``tf.train.Example`` / ``SequenceExample`` records straight into Arrow columns, vectorized.
 
-The mirror of :mod:`tfrecord_io.core.codec` for reading: a batch of records is parsed with numpy
-over the concatenated record bytes -- no Python object per record, feature or value -- and
-:func:`decode_batch` turns what it finds into one Arrow column per schema feature.  The
-messages (``tensorflow/core/example/{example,feature}.proto``)::
-
-    Example          { Features features = 1; }
-    SequenceExample  { Features context = 1; FeatureLists feature_lists = 2; }
-    Features         { map<string, Feature> feature = 1; }        # entry: {string key = 1; Feature value = 2;}
-    FeatureLists     { map<string, FeatureList> feature_list = 1; }
-    FeatureList      { repeated Feature feature = 1; }
-    Feature          { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-    BytesList { repeated bytes value = 1; }  FloatList { repeated float value = 1 [packed]; }
-    Int64List { repeated int64 value = 1 [packed]; }
-
-Every field here is length-delimited (``tag len payload``, tag ``field << 3 | 2``), so parsing is
-finding, in every record at once, the units of repeated length-delimited fields.  Units follow
-one another (a unit's length says where the next starts), so the records are walked in lock
-step: step k reads the k-th unit of every region that has one -- its tag byte and its length
-varint, gathered from the buffer at all positions at once -- so the Python work is one step per
-unit of the *longest* region, not per record.  The few regions still going after many steps
-(long sequences) are finished by a plain loop.  Varints are decoded eight bytes at a time from
-an unaligned 64-bit view of the buffer (bit tricks, no per-byte loop).  Three shortcuts skip most
-of that work for what writers usually produce, each checked for every record it is taken for:
-
-* the same keys in the same order in every record (one writer, no missing feature): entry k of
-  every record is feature k, its header (``0A <key length> <key> 12``) compared at once;
-* units all of one size (the steps of a scalar float feature list): found by arithmetic, their
-  tag and length checked where it puts them;
-* a ``Feature`` whose list has one field and both lengths under 128 (scalars, short lists) is
-  known from its first four bytes.
-
-The fast path takes the *canonical* layout, which every protobuf serializer writes (TensorFlow,
-Java -- spark-tfrecord, Beam --, Python, and our encoder): at most one ``features`` (or
-``context``, then ``feature_lists``) field, map entries holding the key and then the value, a
-``Feature`` with one list field, numbers packed in one field.  Each of these is checked, for
-every record; a record that departs from it in any way -- unpacked numbers, a map entry with
-its value first or a key twice, a feature twice in one record, a field these messages do not
-have, a truncated length, a key that is not UTF-8 -- is decoded instead by
+The mirror of :mod:`tfrecord_io.core.codec` for reading: a batch of records is scanned by the
+wire scanner (:mod:`tfrecord_io.core.wire_scan`: numpy over the concatenated record bytes -- no
+Python object per record, feature or value) and :func:`decode_batch` turns what it finds into one
+Arrow column per schema feature.  The records the scanner leaves out, those not in the canonical
+layout every protobuf serializer writes, are decoded instead by
 :func:`tfrecord_io.core.decode.decode_record`, which applies protobuf's rules (merging, the last
 entry for a key winning) and refuses what is not an Example.  So a record decodes here to
 exactly what ``decode_record`` gives, or fails as it does: the two readers cannot disagree, and
@@ -60,14 +27,13 @@ list's values (any number), or null when the record lacks it; for SequenceExampl
 steps per sequence feature (a scalar step with another number of values than one is a null
 step), or null when the record has no ``FeatureList`` for it.  A record whose feature has another
 kind than the schema's, or whose ``string`` feature is not UTF-8, is an error naming the source,
-the record and the feature (TensorFlow's parser refuses a kind mismatch too).  :func:`scan_batch`
-gives everything a batch holds, every key and kind, without a schema (for ``stats`` and
-``verify``).
+the record and the feature (TensorFlow's parser refuses a kind mismatch too).
+
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -75,809 +41,16 @@ import pyarrow as pa
 
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.core.wire_scan import (
+    KIND_CODE, KIND_FLOAT, KIND_INT64, KIND_NONE, ScannedList, Values, Wire, binary_parts, exclusive_cumsum, is_utf8,
+    scan_wire,
+)
 
-__all__ = ["KIND_BYTES", "KIND_FLOAT", "KIND_INT64", "KIND_NONE", "Origin", "Scan", "ScannedFeature", "is_utf8",
-           "ScannedList", "Values", "column_type", "decode_batch", "scan_batch"]
+__all__ = ["Origin", "column_type", "decode_batch"]
 
-#: Kind codes of :attr:`Values.kind`: a ``Feature`` with no kind set, then the field numbers of
-#: ``bytes_list``, ``float_list``, ``int64_list`` in ``tf.train.Feature``.
-KIND_NONE, KIND_BYTES, KIND_FLOAT, KIND_INT64 = 0, 1, 2, 3
-_KIND_CODE = {"bytes_list": KIND_BYTES, "float_list": KIND_FLOAT, "int64_list": KIND_INT64}
-_KIND_NAME = {KIND_NONE: "a feature with no kind set", **{c: n for n, c in _KIND_CODE.items()}}
-_BAD = 255
-_KIND_OF_TAG = np.full(256, _BAD, dtype=np.uint8)
-_KIND_OF_TAG[[0x0A, 0x12, 0x1A]] = [KIND_BYTES, KIND_FLOAT, KIND_INT64]
+_KIND_NAME = {KIND_NONE: "a feature with no kind set", **{c: n for n, c in KIND_CODE.items()}}
 
-_PAD = 32            # zero bytes after the records: every gather near the end stays in the buffer
-_TAIL_REGIONS = 8    # a walk with this few regions still going ...
-_TAIL_AFTER = 64     # ... after this many steps finishes them with a plain loop
-_U = np.uint64
-_HIGH_BITS = _U(0x8080808080808080)
-#: The stop bits of a varint of k bytes among its first 8 bytes (none for 9 and 10 bytes).
-_LAST_STOP = np.array([0] + [0x80 << (8 * (k - 1)) for k in range(1, 9)] + [0, 0], dtype=np.uint64)
-_BYTE_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtype=np.uint64)
-_NOT_UTF8_KEY = -1
-_SEED_ENTRIES = 256  # entries a batch's key table is first built from
-_NO_BYTES = pa.array([], pa.large_binary())
-_PAD_BYTES = bytes(_PAD)
-_PAD_RECORD = pa.array([_PAD_BYTES], pa.large_binary())
-_NO_FLOATS, _NO_INTS = np.empty(0, np.float32), np.empty(0, np.int64)
 
-
-def _pext7(w: np.ndarray) -> np.ndarray:
-    """The 7-bit groups of each uint64's bytes, packed (a varint's value from its first 8 bytes)."""
-    x = w & _U(0x7F7F7F7F7F7F7F7F)
-    x = (x & _U(0x007F007F007F007F)) | ((x >> _U(1)) & _U(0x3F803F803F803F80))
-    x = (x & _U(0x00003FFF00003FFF)) | ((x >> _U(2)) & _U(0x0FFFC0000FFFC000))
-    return (x & _U(0x000000000FFFFFFF)) | ((x >> _U(4)) & _U(0x00FFFFFFF0000000))
-
-
-def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
-    out = np.empty(len(counts) + 1, dtype=np.int64)
-    out[0] = 0
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-class _Wire:
-    """The records of a batch back to back in one zero-padded buffer, and the gathers over it."""
-
-    def __init__(self, records):
-        if isinstance(records, pa.ChunkedArray):
-            records = records.combine_chunks()
-        if isinstance(records, pa.Array):
-            if not (pa.types.is_binary(records.type) or pa.types.is_large_binary(records.type)):
-                raise TypeError(f"expected a binary array of serialized records, got {records.type}")
-            if records.null_count:
-                raise ValueError("a null record: serialized records cannot be null")
-            records = pa.concat_arrays([records.cast(pa.large_binary()), _PAD_RECORD])
-        else:  # Arrow copies the bytes in C++, the padding as one more value
-            records = pa.array([*records, _PAD_BYTES], pa.large_binary())
-        off = np.frombuffer(records.buffers()[1], dtype=np.int64, count=len(records) + 1, offset=records.offset * 8)
-        bounds = off[:-1] - off[0]  # the records' bounds, the padding after them
-        self.n = len(bounds) - 1
-        self.starts, self.ends = bounds[:-1], bounds[1:]
-        self.limit = int(bounds[-1])  # the first padding byte
-        self.arrow = records.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
-        self.raw = memoryview(self.arrow).cast("B")  # unsigned bytes (Arrow buffers export signed ones)
-        self.buf = np.frombuffer(self.arrow, dtype=np.uint8)
-        # Unaligned 8- and 4-byte views: element i is the bytes at i..i+7 (i..i+3).
-        self._u64 = np.ndarray((len(self.buf) - 7,), "<u8", self.buf, 0, (1,))
-        self._u32 = np.ndarray((len(self.buf) - 3,), "<u4", self.buf, 0, (1,))
-
-    def record(self, i: int) -> bytes:
-        return self.raw[self.starts[i]:self.ends[i]].tobytes()
-
-    def u64(self, pos: np.ndarray) -> np.ndarray:
-        return self._u64[pos]
-
-    def u32(self, pos: np.ndarray) -> np.ndarray:
-        return self._u32[pos]
-
-    def clamp(self, pos: np.ndarray) -> np.ndarray:
-        """Positions computed from lengths not yet checked, kept inside the buffer."""
-        return np.minimum(pos, self.limit)
-
-    def varint(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
-        """(value, size) of the varint at each position; size 0 where none ends within 8 bytes
-        (a length that large exceeds any record anyway).  Size is the int 1 when every varint is
-        one byte (most lengths are)."""
-        b = self.buf[pos]
-        if not len(b) or b.max() < 0x80:
-            return b, 1
-        value = b.astype(np.int64)
-        size = np.ones(len(pos), dtype=np.int64)
-        long = np.flatnonzero(b >= 0x80)
-        if long.size:
-            w = self.u64(pos[long])
-            term = ~w & _HIGH_BITS                  # the stop bit of each byte that ends a varint
-            low = term & (~term + _U(1))            # ... the first one
-            nbytes = np.where(term == 0, 0, (np.log2(np.maximum(low, _U(1)).astype(np.float64))
-                                             .astype(np.int64) >> 3) + 1)
-            value[long] = _pext7(w & _BYTE_MASK[nbytes]).astype(np.int64)
-            size[long] = nbytes
-        return value, size
-
-
-def _py_varint(raw: bytes, pos: int, end: int) -> tuple[int, int] | None:
-    result = shift = 0
-    while pos < end and shift < 64:
-        b = raw[pos]
-        result |= (b & 0x7F) << shift
-        pos += 1
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    return None
-
-
-@dataclass
-class _Units:
-    """The units of a walk, region by region in order: ``owner`` (the region), payload [start, end)."""
-
-    owner: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    counts: np.ndarray  # units per region
-    bad: np.ndarray     # regions that are not a sequence of well-formed units of the tag
-
-
-def _walk(wire: _Wire, starts: np.ndarray, ends: np.ndarray, tag: int) -> _Units:
-    """Split each region [starts[i], ends[i]) into the units ``tag len payload`` of a repeated
-    length-delimited field, all regions in lock step (module doc)."""
-    fixed = _fixed_units(wire, starts, ends, tag)
-    if fixed is not None:
-        return fixed
-    n = len(starts)
-    counts = np.zeros(n, dtype=np.int64)
-    bad = np.zeros(n, dtype=bool)
-    active = np.flatnonzero(starts < ends)
-    pos, end = starts[active], ends[active]
-    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    tail: list[tuple[int, list[int], list[int]]] = []
-    everyone = active.size == n  # every region still going: counts are len(steps), kept apart
-    while active.size:
-        if active.size <= _TAIL_REGIONS and len(steps) >= _TAIL_AFTER:
-            tail = _walk_tail(wire.raw, active.tolist(), pos.tolist(), end.tolist(), tag, bad)
-            if everyone:
-                everyone = False
-                counts += len(steps)
-            break
-        length, size = wire.varint(pos + 1)
-        ps = pos + 1 + size
-        pe = ps + length
-        ok = (wire.buf[pos] == tag) & (size > 0) & (pe <= end)
-        if not ok.all():
-            bad[active[~ok]] = True
-            active, ps, pe, end = active[ok], ps[ok], pe[ok], end[ok]
-            if everyone:
-                everyone = False
-                counts += len(steps)
-        steps.append((active, ps, pe))
-        if not everyone:
-            counts[active] += 1
-        more = pe < end
-        if not more.all():
-            active, pe, end = active[more], pe[more], end[more]
-            if active.size and everyone:  # from now on, count
-                everyone = False
-                counts += len(steps)
-        pos = pe
-    if everyone and steps:  # every region has the same number of units: a transpose
-        counts += len(steps)
-        return _Units(np.repeat(np.arange(n, dtype=np.int64), len(steps)),
-                      np.stack([s[1] for s in steps], axis=1).reshape(-1),
-                      np.stack([s[2] for s in steps], axis=1).reshape(-1), counts, bad)
-    for r, ss, _ in tail:
-        counts[r] += len(ss)
-    offsets = _exclusive_cumsum(counts)
-    total = int(offsets[-1])
-    owner = np.empty(total, dtype=np.int64)
-    start = np.empty(total, dtype=np.int64)
-    stop = np.empty(total, dtype=np.int64)
-    for k, (act, ps, pe) in enumerate(steps):
-        at = offsets[act] + k
-        owner[at], start[at], stop[at] = act, ps, pe
-    for r, ss, es in tail:
-        at = offsets[r] + len(steps)
-        owner[at:at + len(ss)], start[at:at + len(ss)], stop[at:at + len(ss)] = r, ss, es
-    return _Units(owner, start, stop, counts, bad)
-
-
-def _fixed_units(wire: _Wire, starts: np.ndarray, ends: np.ndarray, tag: int) -> _Units | None:
-    """The units when they all have the first one's size (the steps of a scalar float feature list,
-    fixed-width values): every region a whole number of them, each unit's tag and one-byte length
-    checked where the arithmetic puts it -- which is where a walk would find them.  Else None."""
-    lengths = ends - starts
-    first = np.flatnonzero(lengths)
-    if not first.size:
-        return None
-    s0 = int(starts[first[0]])
-    size = int(wire.buf[s0 + 1]) + 2
-    if wire.buf[s0] != tag or size >= 0x82 or (lengths % size).any():
-        return None
-    counts = lengths // size
-    owner = np.repeat(np.arange(len(starts)), counts)
-    at = np.arange(len(owner)) * size + np.repeat(starts - _exclusive_cumsum(counts)[:-1] * size, counts)
-    if not ((wire.buf[at] == tag) & (wire.buf[at + 1] == size - 2)).all():
-        return None
-    return _Units(owner, at + 2, at + size, counts, np.zeros(len(starts), dtype=bool))
-
-
-def _walk_tail(raw: bytes, regions: list, pos: list, end: list, tag: int, bad: np.ndarray) -> list:
-    """The rest of a few long regions, one unit at a time: [(region, starts, ends)]."""
-    out = []
-    for r, p, e in zip(regions, pos, end):
-        ss: list[int] = []
-        es: list[int] = []
-        while p < e:
-            got = _py_varint(raw, p + 1, e) if raw[p] == tag else None
-            if got is None or got[1] + got[0] > e:
-                bad[r] = True
-                break
-            ss.append(got[1])
-            p = got[1] + got[0]
-            es.append(p)
-        out.append((r, ss, es))
-    return out
-
-
-def _ranges(wire: _Wire, start: np.ndarray, end: np.ndarray) -> pa.LargeBinaryArray:
-    """The byte ranges [start[i], end[i]) of the buffer as one compact binary array.  The ranges are
-    in buffer order and do not overlap, so they and the gaps between them tile a stretch of the
-    buffer: a binary array of 2m values over it, of which Arrow's ``take`` keeps the even ones."""
-    m = len(start)
-    if m == 0:
-        return _NO_BYTES
-    off = np.empty(2 * m + 1, dtype=np.int64)
-    off[0:2 * m:2] = start
-    off[1:2 * m:2] = end
-    off[2 * m] = end[-1]
-    tiled = pa.Array.from_buffers(pa.large_binary(), 2 * m, [None, pa.py_buffer(off), wire.arrow])
-    return tiled.take(pa.array(np.arange(0, 2 * m, 2, dtype=np.int64)))
-
-
-def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets[n+1], data) of a large_binary array without nulls."""
-    off = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
-    data = arr.buffers()[2]
-    return off, (np.frombuffer(data, dtype=np.uint8) if data is not None else np.empty(0, np.uint8))
-
-
-# ---------------------------------------------------------------------------------------
-# Feature messages
-# ---------------------------------------------------------------------------------------
-@dataclass
-class Values:
-    """The ``Feature`` messages of one feature, one *slot* each (a record that holds the feature, or
-    a step of a feature list): ``kind`` (``KIND_*``) and ``counts`` (values) per slot, and the values
-    of the slots of each kind, slot after slot: ``floats`` (float32, bit for bit), ``ints`` (int64),
-    ``data`` (the values of ``bytes_list`` slots, a large_binary array)."""
-
-    kind: np.ndarray
-    counts: np.ndarray
-    floats: np.ndarray
-    ints: np.ndarray
-    data: pa.Array
-    bad: np.ndarray = field(repr=False)  # slots the fast path cannot take
-
-    def select(self, keep: np.ndarray) -> "Values":
-        """The slots where ``keep`` (a bool mask) holds, with their values."""
-        kept = {}
-        for k, name in ((KIND_FLOAT, "floats"), (KIND_INT64, "ints"), (KIND_BYTES, "data")):
-            of_kind = self.kind == k
-            mask = np.repeat(keep[of_kind], self.counts[of_kind])
-            values = getattr(self, name)
-            kept[name] = values.filter(pa.array(mask)) if name == "data" else values[mask]
-        return Values(self.kind[keep], self.counts[keep], bad=self.bad[keep], **kept)
-
-    def value_offsets(self, kind: int) -> np.ndarray:
-        """Where each slot's values start among the values of ``kind`` (slots of other kinds hold none)."""
-        return _exclusive_cumsum(np.where(self.kind == kind, self.counts, 0))
-
-
-def _features(wire: _Wire, vs: np.ndarray, ve: np.ndarray) -> Values:
-    """Parse ``Feature`` messages at [vs, ve), checking the canonical layout (module doc)."""
-    m = len(vs)
-    if not m:
-        return Values(np.zeros(0, np.uint8), np.zeros(0, np.int64), _NO_FLOATS, _NO_INTS, _NO_BYTES,
-                      np.zeros(0, bool))
-    width = ve - vs
-    head = wire.u32(vs)
-    if (head == head[0]).all() and (width == width[0]).all():  # all alike (fixed-width values): once
-        kind, simple = _simple(head[:1], width[:1])
-        kind, simple = np.repeat(kind, m), np.repeat(simple, m)
-    else:
-        kind, simple = _simple(head, width)
-    ls = vs + 2  # the BytesList / FloatList / Int64List message
-    ps = vs + 4  # a simple Feature's value field: a packed payload, or the one bytes value
-    pe = ve
-    bad = np.zeros(m, dtype=bool)
-    if not simple.all():
-        g = np.flatnonzero(~simple)
-        kind[g], ls[g], le, bad[g] = _feature_lists(wire, vs[g], ve[g])
-        numeric = np.flatnonzero((kind[g] == KIND_FLOAT) | (kind[g] == KIND_INT64))
-        pe = ve.copy()
-        if numeric.size:
-            n = g[numeric]
-            ps[n], pe[n], b = _packed(wire, ls[n], le[numeric])
-            bad[n] |= b
-            kind[n[b]] = KIND_NONE
-    counts = np.zeros(m, dtype=np.int64)
-    floats, ints, data = _NO_FLOATS, _NO_INTS, _NO_BYTES
-    for k in (KIND_FLOAT, KIND_INT64, KIND_BYTES):
-        of_kind = kind == k
-        if not of_kind.any():
-            continue
-        idx = None if of_kind.all() else np.flatnonzero(of_kind)
-        s, e = (ps, pe) if idx is None else (ps[idx], pe[idx])
-        if k == KIND_BYTES:
-            c, data, b = _byte_values(wire, s, e, ls if idx is None else ls[idx],
-                                      simple if idx is None else simple[idx])
-        elif k == KIND_FLOAT:
-            b = (e - s) % 4 != 0
-            c = np.where(b, 0, (e - s) >> 2)
-            floats = _floats(wire, s, c)
-        else:
-            c, ints, b = _varints(wire, s, e)
-        if idx is None:
-            counts, bad = c, bad | b
-        else:
-            counts[idx] = c
-            bad[idx] |= b
-    return Values(kind, counts, floats, ints, data, bad)
-
-
-def _simple(head: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(kind, simple) of Features by their first four bytes and their size.  The usual Feature is
-    known from those bytes: its kind's tag, the list's length, the list's one field (tag 0A) and
-    that field's length, both lengths under 128 (``width - 2`` and ``width - 4``)."""
-    head = head.astype(np.int64)
-    tag = head & 0xFF
-    kind = _KIND_OF_TAG[tag]
-    simple = (head - tag == (width * 0x01000100 + (0x0A0000 - 0x200 - 0x04000000))) \
-        & (width >= 4) & (width <= 129) & (kind != _BAD)
-    return kind, simple
-
-
-def _byte_values(wire: _Wire, s: np.ndarray, e: np.ndarray, ls: np.ndarray, simple: np.ndarray):
-    """The values of BytesList slots: a simple one holds one, [s, e); the others are walked from
-    their list start ``ls``.  Returns (values per slot, the values, bad slots)."""
-    if simple.all():
-        return np.ones(len(s), dtype=np.int64), _ranges(wire, s, e), np.zeros(len(s), dtype=bool)
-    other = np.flatnonzero(~simple)
-    units = _walk(wire, ls[other], e[other], 0x0A)
-    counts = np.ones(len(s), dtype=np.int64)
-    counts[other] = units.counts
-    bad = np.zeros(len(s), dtype=bool)
-    bad[other] = units.bad
-    at = _exclusive_cumsum(counts)
-    starts, ends = np.empty(at[-1], dtype=np.int64), np.empty(at[-1], dtype=np.int64)
-    one = np.flatnonzero(simple)
-    starts[at[one]], ends[at[one]] = s[one], e[one]
-    walked = np.repeat(at[other] - _exclusive_cumsum(units.counts)[:-1], units.counts) + np.arange(len(units.start))
-    starts[walked], ends[walked] = units.start, units.end
-    return counts, _ranges(wire, starts, ends), bad
-
-
-def _feature_lists(wire: _Wire, vs: np.ndarray, ve: np.ndarray):
-    """Any other Feature: (kind, list start, list end, bad); empty or bad ones have no kind."""
-    empty = vs == ve
-    kind = _KIND_OF_TAG[wire.buf[vs]]
-    length, size = wire.varint(vs + 1)
-    ls = vs + 1 + size
-    le = ls + length
-    bad = ~empty & ((kind == _BAD) | (size == 0) | (le != ve))
-    none = empty | bad
-    kind[none] = KIND_NONE
-    return kind, np.where(none, vs, ls), np.where(none, vs, le), bad
-
-
-def _packed(wire: _Wire, s: np.ndarray, e: np.ndarray):
-    """A FloatList / Int64List at [s, e): empty, or one packed field covering it.  Returns
-    (payload start, payload end, bad)."""
-    nonempty = s < e
-    length, size = wire.varint(s + 1)
-    ps = s + 1 + size
-    ok = ~nonempty | ((wire.buf[s] == 0x0A) & (size > 0) & (ps + length == e))
-    return np.where(ok & nonempty, ps, s), np.where(ok & nonempty, e, s), ~ok
-
-
-def _floats(wire: _Wire, ps: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The packed floats at ``ps``, ``counts`` of them per slot."""
-    if (counts == 1).all():
-        return wire.u32(ps).view("<f4")
-    return np.frombuffer(_ranges(wire, ps, ps + 4 * counts).buffers()[2] or b"", dtype="<f4")
-
-
-def _single_varints(wire: _Wire, ps: np.ndarray, width: np.ndarray):
-    """:func:`_varints` when every payload is empty or one varint of up to 10 bytes (else None)."""
-    low = np.minimum(width, 8)
-    w = wire.u64(ps) & _BYTE_MASK[low]
-    stops = ~w & _HIGH_BITS & _BYTE_MASK[low]
-    # one varint: a stop bit on its last byte only (none in the first 8 bytes of a 9- or 10-byte one)
-    want = _LAST_STOP[width]
-    single = (width > 0) & (stops == want)
-    values = _pext7(w)
-    long = np.flatnonzero(width > 8)
-    if long.size:
-        p, wl = ps[long], width[long]
-        b8, b9 = wire.buf[p + 8], wire.buf[p + 9]
-        single[long] &= np.where(wl == 9, b8 < 0x80, (b8 >= 0x80) & (b9 < 0x80))
-        hi = (b8.astype(np.uint64) & _U(0x7F)) << _U(56)
-        values[long] |= hi | np.where(wl == 10, b9.astype(np.uint64) << _U(63), _U(0))
-    if not (single | (width == 0)).all():
-        return None
-    return single.astype(np.int64), values[single].view(np.int64), np.zeros(len(ps), bool)
-
-
-def _varints(wire: _Wire, ps: np.ndarray, pe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Packed varints at [ps, pe) per slot: (values per slot, the values as int64, bad slots)."""
-    m = len(ps)
-    if m == 0:
-        return np.zeros(0, np.int64), np.empty(0, np.int64), np.zeros(0, bool)
-    width = pe - ps
-    if width.max() <= 10:  # one varint each (scalars), read in place
-        single = _single_varints(wire, ps, width)
-        if single is not None:
-            return single
-    joined = _ranges(wire, ps, pe)
-    off, data = _binary_parts(joined)
-    if not data.size:
-        return np.zeros(m, np.int64), np.empty(0, np.int64), np.zeros(m, bool)
-    data = np.concatenate([data, np.zeros(16, np.uint8)])
-    stop = data[:-16] < 0x80
-    last = off[1:][width > 0] - 1
-    bad = np.zeros(m, dtype=bool)
-    bad[width > 0] = ~stop[last]
-    stop[last] = True  # a slot's values end with it, even when its last varint does not (a bad slot)
-    ends = np.flatnonzero(stop)
-    cum = _exclusive_cumsum(stop)
-    counts = cum[off[1:]] - cum[off[:-1]]
-    begins = np.concatenate([[0], ends[:-1] + 1])
-    sizes = ends - begins + 1
-    if (sizes > 10).any():  # a varint longer than 10 bytes: its slot is bad
-        slot_of = np.searchsorted(off[1:], begins[sizes > 10], side="right")
-        bad[slot_of] = True
-    u64 = np.ndarray((len(data) - 7,), "<u8", data, 0, (1,))
-    w = u64[begins] & _BYTE_MASK[np.minimum(sizes, 8)]
-    values = _pext7(w)
-    nine = np.flatnonzero(sizes > 8)
-    if nine.size:
-        b = begins[nine]
-        hi = (data[b + 8].astype(np.uint64) & _U(0x7F)) << _U(56)
-        hi |= np.where(sizes[nine] > 9, data[b + 9].astype(np.uint64) << _U(63), _U(0))
-        values[nine] |= hi
-    return counts, values.view(np.int64), bad
-
-
-# ---------------------------------------------------------------------------------------
-# Records and maps
-# ---------------------------------------------------------------------------------------
-@dataclass
-class _Entries:
-    """Map entries (``Features`` or ``FeatureLists``): the region (record or map) each belongs to,
-    its key id, its value [vs, ve); ``bad`` regions are not canonical."""
-
-    owner: np.ndarray
-    key: np.ndarray
-    vs: np.ndarray
-    ve: np.ndarray
-    bad: np.ndarray
-
-
-class _Keys:
-    """The map keys of a batch: each distinct key gets an id (its index in ``names``).
-
-    A key is known by a 64-bit code: keys of up to 7 bytes by their bytes and length (exact),
-    longer ones by a hash of their first and last 8 bytes and length, checked byte for byte
-    against the key that first had the code (a collision sends the records to the slow path).
-    Keys that are not UTF-8 get the id -1 (the record then goes to the slow path, which names it).
-    """
-
-    def __init__(self) -> None:
-        self.codes = np.empty(0, dtype=np.uint64)  # sorted
-        self.ids = np.empty(0, dtype=np.int64)     # id of each code
-        self.names: list[str] = []
-        self.raw: list[bytes] = []
-        self._by_name: dict[bytes, int] = {}
-
-    def resolve(self, wire: _Wire, ks: np.ndarray, kl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(key id per entry, entries whose key could not be resolved exactly)."""
-        short = kl <= 7
-        w = wire.u64(ks) & _BYTE_MASK[np.minimum(kl, 8)]
-        code = w | (np.minimum(kl, 7).astype(np.uint64) << _U(56))
-        if not short.all():
-            i = np.flatnonzero(~short)
-            tail = wire.u64(ks[i] + kl[i] - 8)
-            h = (w[i] * _U(0x9E3779B97F4A7C15)) ^ (tail * _U(0xC2B2AE3D27D4EB4F)) ^ kl[i].astype(np.uint64)
-            code[i] = (h & _U(0x00FFFFFFFFFFFFFF)) | _U(0xFF << 56)
-        if not len(self.codes):  # the first entries hold most keys: learn them first
-            self._learn(wire, ks, kl, code, np.arange(min(len(code), _SEED_ENTRIES)))
-        at = np.searchsorted(self.codes, code)
-        hit = self.codes[np.minimum(at, len(self.codes) - 1)] == code
-        if not hit.all():
-            self._learn(wire, ks, kl, code, np.flatnonzero(~hit))
-            at = np.searchsorted(self.codes, code)
-        ids = self.ids[at]
-        unsure = ids == _NOT_UTF8_KEY
-        if not short.all():  # long keys: compare the bytes with the name of their id
-            i = np.flatnonzero(~short & ~unsure)
-            unsure[i] = ~self._same(wire, ks[i], kl[i], ids[i])
-        return ids, unsure
-
-    def id_of(self, key: bytes) -> int | None:
-        """The id of a key (None when it is not UTF-8)."""
-        found = self._by_name.get(key)
-        if found is None:
-            try:
-                self.names.append(key.decode("utf-8"))
-            except UnicodeDecodeError:
-                return None
-            self.raw.append(key)
-            found = self._by_name[key] = len(self.names) - 1
-        return found
-
-    def _learn(self, wire: _Wire, ks: np.ndarray, kl: np.ndarray, code: np.ndarray, which: np.ndarray) -> None:
-        """Give the codes of entries ``which`` that are new an id (names from their first entry)."""
-        new, first = np.unique(code[which], return_index=True)
-        fresh = ~np.isin(new, self.codes)
-        new, firsts = new[fresh], which[first[fresh]]
-        new_ids = []
-        for j in firsts.tolist():
-            key_id = self.id_of(wire.raw[ks[j]:ks[j] + kl[j]].tobytes())
-            new_ids.append(_NOT_UTF8_KEY if key_id is None else key_id)
-        codes = np.concatenate([self.codes, new])
-        order = np.argsort(codes, kind="stable")
-        self.codes, self.ids = codes[order], np.concatenate([self.ids, new_ids]).astype(np.int64)[order]
-
-    def _same(self, wire: _Wire, ks: np.ndarray, kl: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        same = np.ones(len(ks), dtype=bool)
-        for key_id in np.unique(ids).tolist():
-            name = self.raw[key_id]
-            i = np.flatnonzero(ids == key_id)
-            ref = np.frombuffer(name + bytes(8), dtype=np.uint8)
-            for at in range(0, len(name), 8):
-                n = min(8, len(name) - at)
-                want = ref[at:at + 8].view("<u8")[0] & _BYTE_MASK[n]
-                same[i] &= (wire.u64(ks[i] + at) & _BYTE_MASK[n]) == want
-        return same
-
-
-def _map_entries(wire: _Wire, keys: _Keys, starts: np.ndarray, ends: np.ndarray) -> _Entries:
-    """The entries of ``map<string, Message>`` regions, each checked to be ``key, value`` exactly."""
-    units = _walk(wire, starts, ends, 0x0A)
-    bs, be = units.start, units.end
-    buf = wire.buf
-    kl, ksize = wire.varint(bs + 1)
-    ks = bs + 1 + ksize
-    ke = wire.clamp(ks + kl)
-    vl, vsize = wire.varint(ke + 1)
-    vs = ke + 1 + vsize
-    ve = vs + vl
-    ok = (buf[bs] == 0x0A) & (ksize > 0) & (ke < be) & (buf[ke] == 0x12) & (vsize > 0) & (ve == be)
-    ids = np.full(len(bs), _NOT_UTF8_KEY, dtype=np.int64)
-    if ok.any():
-        i = None if ok.all() else np.flatnonzero(ok)
-        got, unsure = keys.resolve(wire, ks if i is None else ks[i], kl if i is None else kl[i])
-        if i is None:
-            ids, ok = got, ~unsure
-        else:
-            ids[i] = got
-            ok[i] &= ~unsure
-    bad = units.bad.copy()
-    if not ok.all():
-        bad[units.owner[~ok]] = True
-        ids[~ok] = _NOT_UTF8_KEY
-        vs, ve = np.where(ok, vs, bs), np.where(ok, ve, bs)
-    return _Entries(units.owner, ids, vs, ve, bad)
-
-
-def _same_bytes(wire: _Wire, pos: np.ndarray, expected: bytes) -> bool:
-    """Whether the bytes at every position start with ``expected`` (eight at a time)."""
-    for at in range(0, len(expected), 8):
-        chunk = expected[at:at + 8]
-        want = _U(int.from_bytes(chunk, "little"))
-        if not ((wire.u64(pos + at) & _BYTE_MASK[len(chunk)]) == want).all():
-            return False
-    return True
-
-
-def _first_keys(raw: memoryview, pos: int, end: int) -> list[bytes] | None:
-    """The keys of one ``Features`` region in order (the first record's), or None if it is not
-    canonical (the vectorized checks then fail anyway)."""
-    keys = []
-    while pos < end:
-        got = _py_varint(raw, pos + 1, end) if raw[pos] == 0x0A else None
-        if got is None:
-            return None
-        length, body = got
-        key = _py_varint(raw, body + 1, end) if raw[body] == 0x0A else None
-        if key is None or key[1] + key[0] > body + length:
-            return None
-        keys.append(raw[key[1]:key[1] + key[0]].tobytes())
-        pos = body + length
-    return keys
-
-
-def _same_layout(wire: _Wire, starts: np.ndarray, ends: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]] | None:
-    """The entries of ``map<string, Message>`` regions when every region holds the first region's
-    keys in the same order -- files from one writer usually do: (name, value start, value end) per
-    key, one entry per region each.  Entry k of every region is then checked to have key k (the
-    same header ``0A <key length> <key> 12``) and a value that ends it, and no region to hold more;
-    a few gathers per key instead of finding every key of every region.  None when the layout
-    differs anywhere (the general path, :func:`_map_entries`, then runs)."""
-    if not len(starts):
-        return None
-    template = _first_keys(wire.raw, int(starts[0]), int(ends[0]))
-    if template is None or len(set(template)) != len(template):
-        return None
-    pos, out = starts, []
-    for key in template:
-        try:
-            name = key.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        found = _short_entries(wire, pos, ends, key) or _entries_of(wire, pos, ends, key)
-        if found is None:
-            return None
-        out.append((name, *found))
-        pos = found[1]
-    return out if (pos == ends).all() else None
-
-
-def _short_entries(wire: _Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
-    """(value starts, entry ends) of entries at ``pos`` with key ``key`` when their lengths and
-    their values' are one byte each: the whole header ``0A <len> 0A <key length> <key> 12 <len>``
-    compared eight bytes at a time, the two lengths masked out and read from the same words."""
-    kl = len(key)
-    header = b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00"
-    care = b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00"
-    ok = np.ones(len(pos), dtype=bool)
-    words = []
-    for at in range(0, len(header), 8):
-        w = wire.u64(pos + at if at + 8 <= _PAD else wire.clamp(pos + at))
-        mask = _U(int.from_bytes(care[at:at + 8], "little"))
-        ok &= (w & mask) == (_U(int.from_bytes(header[at:at + 8], "little")) & mask)
-        words.append(w)
-    length = (words[0] >> _U(8)) & _U(0xFF)
-    vl = (words[(5 + kl) // 8] >> _U(8 * ((5 + kl) % 8))) & _U(0xFF)
-    be = pos + 2 + length.astype(np.int64)
-    vs = pos + 6 + kl
-    ok &= (length < 0x80) & (vl < 0x80) & (vs + vl.astype(np.int64) == be) & (be <= ends)
-    return (vs, be) if ok.all() else None
-
-
-def _entries_of(wire: _Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
-    """:func:`_short_entries` for any lengths (varints read one by one), or None."""
-    kl = len(key)
-    if kl >= 0x80 or not (pos < ends).all():
-        return None
-    length, size = wire.varint(pos + 1)
-    bs = pos + 1 + size
-    be = bs + length
-    if not ((wire.buf[pos] == 0x0A) & (size > 0) & (be <= ends) & (be - bs >= 4 + kl)).all() \
-            or not _same_bytes(wire, bs, b"\x0a" + bytes([kl]) + key + b"\x12"):
-        return None
-    vl, vsize = wire.varint(bs + 3 + kl)
-    vs = bs + 3 + kl + vsize
-    return (vs, be) if ((vsize > 0) & (vs + vl == be)).all() else None
-
-
-def _entries_by_key(wire: _Wire, starts: np.ndarray, ends: np.ndarray):
-    """The entries of ``map<string, Message>`` regions by key: ([(name, regions, value starts, value
-    ends)], bad regions); ``regions`` (ascending) is None when every region has the key."""
-    same = _same_layout(wire, starts, ends)
-    if same is not None:
-        return [(name, None, vs, ve) for name, vs, ve in same], np.zeros(len(starts), dtype=bool)
-    keys = _Keys()
-    entries = _map_entries(wire, keys, starts, ends)
-    groups = [(name, entries.owner[i], entries.vs[i], entries.ve[i]) for name, i in _by_key(entries, keys)]
-    return groups, entries.bad
-
-
-@dataclass(frozen=True)
-class ScannedFeature:
-    """A feature of a batch: ``records`` (ascending), the record of each slot of ``values``."""
-
-    records: np.ndarray
-    values: Values
-
-
-@dataclass(frozen=True)
-class ScannedList:
-    """A feature list of a batch: ``records`` (ascending) that hold it, ``steps`` in each, and the
-    ``values`` of the steps (one slot per step: the steps of the first list, then the next's...)."""
-
-    records: np.ndarray
-    steps: np.ndarray
-    values: Values
-
-
-@dataclass(frozen=True)
-class Scan:
-    """What a batch of records holds (:func:`scan_batch`).
-
-    ``odd``: the records the fast path leaves to :func:`tfrecord_io.core.decode.decode_record`
-    (module doc): nothing of them is in ``features`` / ``feature_lists``.  ``has_lists``: records
-    with a ``feature_lists`` field (SequenceExamples).
-    """
-
-    n: int
-    odd: np.ndarray
-    has_lists: np.ndarray
-    features: dict[str, ScannedFeature]
-    feature_lists: dict[str, ScannedList]
-
-
-def _record_regions(wire: _Wire):
-    """Per record: the ``features`` / ``context`` region, the ``feature_lists`` region (empty when
-    absent), whether it has one, and whether the record is not one field 1 then one field 2."""
-    ctx_s, ctx_e, _, f1_bad = _length_delimited(wire, wire.starts, 0x0A)
-    lists_s, lists_e, f2_ok, f2_bad = _length_delimited(wire, ctx_e, 0x12)
-    return ctx_s, ctx_e, lists_s, lists_e, f2_ok, (lists_e != wire.ends) | f1_bad | f2_bad
-
-
-def _length_delimited(wire: _Wire, p: np.ndarray, tag: int):
-    """Per record, the length-delimited field whose tag byte is ``tag`` at ``p``: (its value's start
-    and end, both ``p`` where it is not there or broken; where it is there; where it is broken)."""
-    e, buf = wire.ends, wire.buf
-    there = (p < e) & (buf[p] == tag)
-    length, size = wire.varint(p + 1)
-    a = p + 1 + size
-    b = a + length
-    ok = there & (size > 0) & (b <= e)
-    return np.where(ok, a, p), np.where(ok, b, p), ok, there & ~ok
-
-
-def _by_key(entries: _Entries, keys: _Keys) -> list[tuple[str, np.ndarray]]:
-    """(name, entries with that key) for each key, entries in order."""
-    good = entries.key >= 0
-    ids = entries.key[good]
-    if not ids.size:
-        return []
-    small = np.int16 if len(keys.names) < 2**15 else np.int32  # 16 bits: numpy's radix sort
-    order = np.flatnonzero(good)[np.argsort(ids.astype(small), kind="stable")]
-    bounds = _exclusive_cumsum(np.bincount(ids, minlength=len(keys.names)))
-    return [(keys.names[k], order[bounds[k]:bounds[k + 1]]) for k in range(len(keys.names))
-            if bounds[k + 1] > bounds[k]]
-
-
-def _twice(owners: np.ndarray) -> np.ndarray:
-    """The owners (ascending) that appear more than once."""
-    d = np.flatnonzero(owners[1:] == owners[:-1])
-    return owners[d]
-
-
-def scan_batch(records) -> Scan:
-    """Everything a batch of serialized records holds, every key and kind, vectorized (module doc).
-
-    ``records``: a binary / large_binary Arrow array or a sequence of ``bytes``.
-    """
-    return _scan(_Wire(records))
-
-
-def _scan(wire: _Wire) -> Scan:
-    ctx_s, ctx_e, lists_s, lists_e, has_lists, odd = _record_regions(wire)
-    everyone = np.arange(wire.n)
-    features: dict[str, tuple[np.ndarray, Values]] = {}
-    groups, bad = _entries_by_key(wire, ctx_s, ctx_e)
-    odd |= bad
-    for name, owners, vs, ve in groups:
-        owners = everyone if owners is None else owners
-        values = _features(wire, vs, ve)
-        odd[owners[values.bad]] = True
-        odd[_twice(owners)] = True  # a key twice: the last entry wins (slow path)
-        features[name] = (owners, values)
-    lists: dict[str, tuple[np.ndarray, np.ndarray, Values]] = {}
-    if has_lists.any():
-        with_lists = np.flatnonzero(has_lists)
-        groups, bad = _entries_by_key(wire, lists_s[with_lists], lists_e[with_lists])
-        odd[with_lists[bad]] = True
-        for name, owners, vs, ve in groups:
-            owners = with_lists if owners is None else with_lists[owners]
-            steps = _walk(wire, vs, ve, 0x0A)
-            values = _features(wire, steps.start, steps.end)
-            odd[owners[steps.bad]] = True
-            odd[owners[steps.owner[values.bad]]] = True
-            odd[_twice(owners)] = True
-            lists[name] = (owners, steps.counts, values)
-    if odd.any():
-        keep = {name: ~odd[owners] for name, (owners, _) in features.items()}
-        features = {name: (owners[keep[name]], values.select(keep[name]))
-                    for name, (owners, values) in features.items()}
-        kept_lists = {}
-        for name, (owners, steps, values) in lists.items():
-            k = ~odd[owners]
-            kept_lists[name] = (owners[k], steps[k], values.select(np.repeat(k, steps)))
-        lists = kept_lists
-    return Scan(wire.n, odd, has_lists & ~odd, {n: ScannedFeature(*v) for n, v in features.items()},
-                {n: ScannedList(*v) for n, v in lists.items()})
-
-
-# ---------------------------------------------------------------------------------------
-# Arrow columns by the schema
-# ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Origin:
     """Where a batch's records come from, to name a bad one: ``source`` (a file), the number in it
@@ -936,7 +109,7 @@ def _strings(items: pa.Array, f: Feature, record_of_item: np.ndarray, fail: _Fai
     """``items`` (large_binary, no nulls) as the feature's type: UTF-8 checked for ``string``."""
     if f.type == "bytes":
         return items
-    _, data = _binary_parts(items)
+    _, data = binary_parts(items)
     if not data.size or data.max() < 0x80:  # ASCII: valid UTF-8
         return items.view(pa.large_string())
     try:
@@ -953,7 +126,7 @@ def _strings(items: pa.Array, f: Feature, record_of_item: np.ndarray, fail: _Fai
 
 def _lists(counts: np.ndarray, values: pa.Array, valid: np.ndarray) -> pa.Array:
     """A list array: row i holds the next ``counts[i]`` of ``values``, null where not ``valid``."""
-    offsets = _exclusive_cumsum(counts)
+    offsets = exclusive_cumsum(counts)
     if offsets[-1] >= 2**31:
         raise ValueError(f"{offsets[-1]} values in one batch of one feature: more than an Arrow list holds; "
                          f"decode fewer records at a time")
@@ -964,11 +137,11 @@ def _widened(values: Values) -> Values:
     """``values`` with its ``int64_list`` slots read as ``float_list`` (a float feature's int64
     values widen to float32, docs/wire-contract.md), every slot's values kept in slot order."""
     is_float, is_int = values.kind == KIND_FLOAT, values.kind == KIND_INT64
-    starts = _exclusive_cumsum(np.where(is_float | is_int, values.counts, 0))
+    starts = exclusive_cumsum(np.where(is_float | is_int, values.counts, 0))
     merged = np.empty(int(starts[-1]), dtype=values.floats.dtype)
     for mask, source in ((is_float, values.floats), (is_int, values.ints.astype(np.float32))):
         counts = values.counts[mask]
-        within = np.arange(int(counts.sum())) - np.repeat(_exclusive_cumsum(counts)[:-1], counts)
+        within = np.arange(int(counts.sum())) - np.repeat(exclusive_cumsum(counts)[:-1], counts)
         merged[np.repeat(starts[:-1][mask], counts) + within] = source
     return Values(np.where(is_int, KIND_FLOAT, values.kind).astype(values.kind.dtype), values.counts, merged,
                   values.ints[:0], values.data, bad=values.bad)
@@ -979,7 +152,7 @@ def _column(f: Feature, values: Values, rows: np.ndarray, n: int, record_of_row:
     """One feature's column over ``n`` rows, ``values`` holding the slots of ``rows`` (ascending;
     the other rows lack the feature): scalars are null unless their slot has one value, lists are
     null where there is no slot.  ``record_of_row`` names the record of a row in errors."""
-    kind = _KIND_CODE[f.kind]
+    kind = KIND_CODE[f.kind]
     if kind == KIND_FLOAT and (values.kind == KIND_INT64).any():
         values = _widened(values)
     of_kind = values.kind == kind
@@ -995,7 +168,7 @@ def _column(f: Feature, values: Values, rows: np.ndarray, n: int, record_of_row:
         fail.kind(int(record_of_row[rows[j]]), f, int(values.kind[j]))
         return pa.nulls(n, column_type(f))
     counts = np.where(of_kind, values.counts, 0)
-    starts = _exclusive_cumsum(counts)[:-1]
+    starts = exclusive_cumsum(counts)[:-1]
     if f.type in ("bytes", "string"):
         flat = values.data
     else:
@@ -1017,10 +190,10 @@ def _column(f: Feature, values: Values, rows: np.ndarray, n: int, record_of_row:
         items = _strings(items, f, record_of_row[at], fail)
         if len(at) == n:
             return items.cast(_ARROW[f.type])
-        item_off, _ = _binary_parts(items.view(pa.large_binary()))
+        item_off, _ = binary_parts(items.view(pa.large_binary()))
         lengths = np.zeros(n, dtype=np.int64)
         lengths[at] = np.diff(item_off)
-        offsets = _exclusive_cumsum(lengths) + item_off[0]
+        offsets = exclusive_cumsum(lengths) + item_off[0]
         large = pa.large_string() if f.type == "string" else pa.large_binary()
         out = pa.Array.from_buffers(large, n, [_validity(valid), pa.py_buffer(offsets), items.buffers()[2]])
         return out.cast(_ARROW[f.type])
@@ -1057,7 +230,7 @@ def _py_value(f: Feature, feature: tuple | None, fail: _Failures, record: int, s
     if kind == "int64_list" and f.type == "float":  # widened (docs/wire-contract.md)
         kind, values = "float_list", [float(np.float32(v)) for v in values]
     if kind is not None and kind != f.kind:
-        fail.kind(record, f, _KIND_CODE[kind], step)
+        fail.kind(record, f, KIND_CODE[kind], step)
         return None
     if f.type == "string":
         try:
@@ -1070,15 +243,7 @@ def _py_value(f: Feature, feature: tuple | None, fail: _Failures, record: int, s
     return values[0] if len(values) == 1 else None
 
 
-def is_utf8(v: bytes) -> bool:
-    try:
-        v.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _slow_rows(wire: _Wire, odd: np.ndarray, schema: Schema, features: list[Feature],
+def _slow_rows(wire: Wire, odd: np.ndarray, schema: Schema, features: list[Feature],
                fail: _Failures) -> list[pa.Array]:
     """The odd records' rows, decoded by :func:`~tfrecord_io.core.decode.decode_record`."""
     sequence = {f.name for f in schema.sequence}
@@ -1114,8 +279,8 @@ def decode_batch(records, schema: Schema, *, features: Sequence[str] | None = No
     """
     fail = _Failures(origin or Origin())
     chosen = [schema.feature(name) for name in features] if features is not None else list(schema.input_features)
-    wire = _Wire(records)
-    scan = _scan(wire)
+    wire = Wire(records)
+    scan = scan_wire(wire)
     sequence = {f.name for f in schema.sequence}
     columns = []
     rows_of = np.arange(scan.n)
