@@ -208,20 +208,13 @@ def file_stats(file, _context, report) -> SourceStats:
 
     Records are decoded a chunk at a time by the vectorized decoder; the records it cannot take
     (not canonically serialized, or not Examples) are decoded one by one by ``decode_record``."""
+    from tfrecord_io.core.framing import record_chunks
     from tfrecord_io.storage.sources import iter_file_records
 
     out = SourceStats()
-    chunk: list[bytes] = []
-    offsets: list[int] = []
-    size = 0
-    for offset, data in iter_file_records(file, verify=True, report=report):
-        chunk.append(data)
-        offsets.append(offset)
-        size += len(data)
-        if len(chunk) >= _CHUNK_RECORDS or size >= _CHUNK_BYTES:
-            _fold(out, file, chunk, offsets)
-            chunk, offsets, size = [], [], 0
-    _fold(out, file, chunk, offsets)
+    records = iter_file_records(file, verify=True, report=report)
+    for offsets, chunk in record_chunks(records, max_records=_CHUNK_RECORDS, max_bytes=_CHUNK_BYTES):
+        _fold(out, file, chunk, offsets)
     out.files.append({"path": file.name, "records": out.records, "bytes": file.size})
     return out
 

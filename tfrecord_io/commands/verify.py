@@ -49,7 +49,7 @@ from tfrecord_io.storage import fs, lease
 from tfrecord_io.core.wire_scan import KIND_BYTES, KIND_CODE, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.checksum import format_crc
-from tfrecord_io.core.framing import CorruptRecordError
+from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
 from tfrecord_io.commands import exits
 from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.storage.sources import ShardReader, Source, SourceFile
@@ -204,27 +204,20 @@ _CHUNK_BYTES = 4 << 20  # ... or this many record bytes, whichever comes first
 
 def _verify_file(file: SourceFile, schema, report) -> FileCheck:
     out = FileCheck()
-    chunk: list[bytes] = []
-    offsets: list[int] = []
-    size = 0
     reader = ShardReader(file, verify=True, report=report)
-    try:
-        for offset, data in reader.records():
-            out.records += 1
-            if schema is None:
-                continue
-            chunk.append(data)
-            offsets.append(offset)
-            size += len(data)
-            if len(chunk) >= _CHUNK_RECORDS or size >= _CHUNK_BYTES:
-                _check_chunk(out, file, schema, chunk, offsets)
-                chunk, offsets, size = [], [], 0
-    except CorruptRecordError as e:
-        _check_chunk(out, file, schema, chunk, offsets)  # the intact records before it, in order
+    broken: list[CorruptRecordError] = []
+    records = until_corrupt(reader.records(), broken)  # a corrupt record ends them: the intact ones are checked
+    if schema is None:  # the framing alone
+        out.records = sum(1 for _ in records)
+    else:
+        for offsets, chunk in record_chunks(records, max_records=_CHUNK_RECORDS, max_bytes=_CHUNK_BYTES):
+            out.records += len(chunk)
+            _check_chunk(out, file, schema, chunk, offsets)
+    if broken:
+        e = broken[0]
         out.framing_ok = False
         out.add(Problem("framing", f"{e.check}: {e.detail}", file.name, e.offset), f"framing: {e.check}")
         return out
-    _check_chunk(out, file, schema, chunk, offsets)
     out.crc32c = reader.crc32c
     return out
 

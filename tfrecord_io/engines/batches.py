@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
-from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
+from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
 from tfrecord_io.engines.reader_options import check_common, check_feature_names
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
@@ -213,15 +213,13 @@ def _decoded(position: int, file: SourceFile, schema: Schema, chosen: list[Featu
     if stride is not None:  # record j is this shard's when (position + j) % count == index
         first, step = (stride[0] - position) % stride[1], stride[1]
         records = itertools.islice(records, first, None, step)
-    done, size = 0, 1024  # records per chunk: then as many as make _CHUNK_BYTES, at most _CHUNK_RECORDS
-    while batch := list(itertools.islice(records, size)):
-        offsets, chunk = zip(*batch)
+    done = 0  # chunks of as many records as make _CHUNK_BYTES, at most _CHUNK_RECORDS
+    for offsets, chunk in record_chunks(records, max_records=_CHUNK_RECORDS, max_bytes=_CHUNK_BYTES, adaptive=True):
         numbers = range(first + step * done, first + step * (done + len(chunk)), step)
         origin = Origin(file.uri, offsets=offsets, numbers=numbers)
         decoded = decode_batch(chunk, schema, features=names, origin=origin)
         yield decoded if options.format == "arrow" else _dense_ready(decoded, schema, chosen, origin)
         done += len(chunk)
-        size = max(64, min(_CHUNK_RECORDS, _CHUNK_BYTES * len(chunk) // max(1, sum(map(len, chunk)))))
     if broken:
         if options.on_corrupt != "skip":
             raise broken[0]

@@ -58,7 +58,6 @@ Save modes
 
 from __future__ import annotations
 
-import itertools
 import re
 import json
 import uuid
@@ -597,7 +596,7 @@ class _Reader(DataSourceReader):
         return [_File(f) for f in self.files]  # one per file: TFRecords do not split
 
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
-        from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
+        from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
         from tfrecord_io.storage.sources import iter_file_records
 
         if not isinstance(partition, _File):  # no file left (every one pruned): Spark's one empty partition
@@ -608,13 +607,11 @@ class _Reader(DataSourceReader):
         uri = partition.file.uri
         # (a file its manifest lists is checked against its entry: count, size, CRC-32C of its bytes)
         stream = until_corrupt(iter_file_records(partition.file, verify=True), broken)
-        first = 0
-        size = 1024  # records per batch: then as many as make batch_bytes, at most batch_records
-        while batch := list(itertools.islice(stream, size)):
-            offsets, records = zip(*batch)
-            yield self._batch(list(records), uri, first, np.array(offsets, dtype=np.int64))
-            first += len(batch)
-            size = max(64, min(self.batch_records, self.batch_bytes * len(batch) // max(1, sum(map(len, records)))))
+        first = 0  # batches of as many records as make batch_bytes, at most batch_records
+        for offsets, records in record_chunks(stream, max_records=self.batch_records, max_bytes=self.batch_bytes,
+                                              adaptive=True):
+            yield self._batch(records, uri, first, np.array(offsets, dtype=np.int64))
+            first += len(records)
         if broken:
             if self.on_corrupt != "skip":
                 raise broken[0]
