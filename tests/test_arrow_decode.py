@@ -19,8 +19,10 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
+from record_strategies import (
+    ANY_NAMES, I64_MAX, I64_MIN, batch_of, schema_and_rows, schema_of, sequence_batch, sequence_schema_and_groups,
+)
 from tfrecord_io.core import wire_scan
 from tfrecord_io.core.arrow_decode import Origin, column_type, decode_batch
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
@@ -30,7 +32,6 @@ from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.core.wire_scan import scan_batch
 
 GOLDEN = Path(__file__).parent / "golden" / "spark-tfrecord"
-I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 TF_DTYPE = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string, "string": tf.string}
 
 
@@ -149,10 +150,6 @@ def strings(*xs: bytes) -> bytes:
     return ld(0x0A, b"".join(ld(0x0A, x) for x in xs))
 
 
-def schema_of(*features: Feature) -> Schema:
-    return Schema(features=tuple(features))
-
-
 def decoded(records, schema: Schema, **kw) -> dict[str, list]:
     batch = decode_batch(records, schema, **kw)
     return {name: column_bits(batch.column(name)) for name in batch.schema.names}
@@ -229,11 +226,6 @@ EVERY_ROWS = [
 ]
 
 
-def batch_of(schema: Schema, rows: list[dict]) -> pa.RecordBatch:
-    return pa.record_batch({f.name: pa.array([r[f.name] for r in rows], f.arrow_type()) for f in schema.features},
-                           schema=schema.arrow_schema())
-
-
 @pytest.mark.parametrize("rows", [EVERY_ROWS, EVERY_ROWS * 300, EVERY_ROWS[:1] * 50 + EVERY_ROWS[2:3] * 50],
                          ids=["mixed", "many", "two-layouts"])
 def test_every_type_and_shape_round_trips_and_equals_tensorflow(rows):
@@ -259,35 +251,8 @@ def test_columns_are_the_requested_ones_in_order_with_the_schemas_types():
 # ---------------------------------------------------------------------------------------
 # Property: random schemas and rows -> encode -> decode == the rows == TensorFlow's parse
 # ---------------------------------------------------------------------------------------
-def value_strategy(f: Feature):
-    base = {
-        "int64": st.integers(I64_MIN, I64_MAX),
-        "float": st.floats(width=32, allow_nan=True, allow_infinity=True),
-        "bytes": st.binary(max_size=40),
-        "string": st.text(max_size=20),
-    }[f.type]
-    if f.is_varlen:
-        base = st.lists(base, max_size=6)
-    elif f.fixed_length:
-        base = st.lists(base, min_size=f.fixed_length, max_size=f.fixed_length)
-    return st.one_of(st.none(), base)
-
-
-NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12)
-
-
-@st.composite
-def schema_and_rows(draw):
-    names = draw(st.lists(NAMES, min_size=1, max_size=6, unique=True))
-    features = tuple(Feature(name or "_", draw(st.sampled_from(["int64", "float", "bytes", "string"])),
-                             shape=draw(st.sampled_from([None, (-1,), (1,), (3,)])))
-                     for name in dict.fromkeys(n or "_" for n in names))
-    rows = draw(st.lists(st.fixed_dictionaries({f.name: value_strategy(f) for f in features}), max_size=30))
-    return Schema(features=features), rows
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema_and_rows())
+@given(schema_and_rows(names=ANY_NAMES, max_rows=30))
 def test_random_examples_decode_to_their_rows_and_to_tensorflows_parse(data):
     schema, rows = data
     records = encode_examples(batch_of(schema, rows), schema).to_pylist()
@@ -297,31 +262,6 @@ def test_random_examples_decode_to_their_rows_and_to_tensorflows_parse(data):
     for f in schema.features:
         assert got[f.name] == expected_column(f, [r[f.name] for r in rows]), f.name
         assert as_tf_reads(f, got[f.name]) == want_tf[f.name], f.name
-
-
-def step_strategy(f: Feature):
-    base = value_strategy(f)
-    return st.one_of(st.none(), st.lists(base.filter(lambda v: v is not None), max_size=8))
-
-
-@st.composite
-def sequence_schema_and_groups(draw):
-    def feature(name):
-        return Feature(name, draw(st.sampled_from(["int64", "float", "bytes", "string"])),
-                       shape=draw(st.sampled_from([None, (-1,), (2,)])))
-
-    context = tuple(feature(f"c{i}") for i in range(draw(st.integers(0, 3))))
-    sequence = tuple(feature(f"s{i}") for i in range(draw(st.integers(1, 3))))
-    schema = Schema(record_type="sequence_example", context=context, sequence=sequence)
-    groups = draw(st.lists(st.fixed_dictionaries({**{f.name: value_strategy(f) for f in context},
-                                                  **{f.name: step_strategy(f) for f in sequence}}), max_size=20))
-    return schema, groups
-
-
-def sequence_batch(schema: Schema, groups: list[dict]) -> pa.RecordBatch:
-    cols = {f.name: pa.array([g[f.name] for g in groups], f.arrow_type()) for f in schema.context}
-    cols.update({f.name: pa.array([g[f.name] for g in groups], pa.list_(f.arrow_type())) for f in schema.sequence})
-    return pa.record_batch(cols)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

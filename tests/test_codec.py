@@ -11,11 +11,10 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from record_strategies import I64_MAX, I64_MIN, batch_of, schema_and_rows, schema_of
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.engines.loader import parse_spec
-
-I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -54,10 +53,6 @@ def canonical(msg) -> dict:
         return {k: feat(v) for k, v in msg.features.feature.items()}
     return ({k: feat(v) for k, v in msg.context.feature.items()},
             {k: [feat(s) for s in v.feature] for k, v in msg.feature_lists.feature_list.items()})
-
-
-def schema_of(*features: Feature, **kw) -> Schema:
-    return Schema(features=tuple(features), **kw)
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,38 +186,6 @@ def test_encoder_pickles():
 # ---------------------------------------------------------------------------------------
 # Property-based: random schemas and batches against the slow way
 # ---------------------------------------------------------------------------------------
-def value_strategy(f: Feature):
-    base = {
-        "int64": st.integers(I64_MIN, I64_MAX),
-        "float": st.floats(width=32, allow_nan=True, allow_infinity=True),
-        "bytes": st.binary(max_size=40),
-        "string": st.text(max_size=20),
-    }[f.type]
-    if f.is_varlen:
-        base = st.lists(base, max_size=6)
-    elif f.fixed_length:
-        base = st.lists(base, min_size=f.fixed_length, max_size=f.fixed_length)
-    return st.one_of(st.none(), base)
-
-
-@st.composite
-def schema_and_rows(draw):
-    n_features = draw(st.integers(1, 5))
-    features = []
-    for i in range(n_features):
-        t = draw(st.sampled_from(["int64", "float", "bytes", "string"]))
-        shape = draw(st.sampled_from([None, (-1,), (1,), (3,)]))
-        features.append(Feature(f"f{i}_{t}", t, shape=shape))
-    schema = schema_of(*features)
-    rows = draw(st.lists(st.fixed_dictionaries({f.name: value_strategy(f) for f in features}), max_size=25))
-    return schema, rows
-
-
-def batch_of(schema: Schema, rows: list[dict]) -> pa.RecordBatch:
-    return pa.record_batch({f.name: pa.array([r[f.name] for r in rows], f.arrow_type()) for f in schema.features},
-                           schema=schema.arrow_schema())
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows())
 def test_matches_slow_path(data):

@@ -7,8 +7,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -19,9 +17,8 @@ import hdfs as webhdfs
 import hdfs_native
 import pytest
 
+from helpers import tfrecord_io_cli
 from tfrecord_io.clusters import hdfs_local
-
-TFRECORD_IO = Path(sys.executable).parent / "tfrecord-io"
 
 
 def _conf(path: Path) -> dict[str, str]:
@@ -94,7 +91,7 @@ def test_block_size_is_checked_before_anything_starts(tmp_path):
         with pytest.raises(ValueError, match="block_size must be"):
             hdfs_local.start(tmp_path / "cluster", block_size=bad)
     assert not (tmp_path / "cluster").exists()
-    bad_cli = _cli("start", "--dir", str(tmp_path / "cli"), "--block-size", "lots", check=False)
+    bad_cli = tfrecord_io_cli("hdfs-local", "start", "--dir", str(tmp_path / "cli"), "--block-size", "lots", check=False)
     assert bad_cli.returncode == 2 and "not a size: 'lots'" in bad_cli.stderr
 
 
@@ -107,20 +104,11 @@ def test_missing_tools_are_named(tmp_path, monkeypatch):
         hdfs_local.fetch_jars()
 
 
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    run = subprocess.run([str(TFRECORD_IO), "hdfs-local", *args], capture_output=True, text=True,
-                         timeout=300)
-    if check and run.returncode != 0:
-        raise AssertionError(f"tfrecord-io hdfs-local {' '.join(args)} failed:\n"
-                             f"{run.stdout}\n{run.stderr}")
-    return run
-
-
 def test_cli_start_status_stop(tmp_path, own_hdfs):
     """One extra cluster, started by the CLI, must outlive the command and stop on request."""
     base = str(tmp_path / "cli-cluster")
     try:
-        out = _cli("start", "--dir", base, "--block-size", "128m").stdout
+        out = tfrecord_io_cli("hdfs-local", "start", "--dir", base, "--block-size", "128m").stdout
         uri = re.search(r"hdfs://127\.0\.0\.1:\d+", out).group(0)
         web = re.search(r"http://127\.0\.0\.1:\d+", out).group(0)
         conf = re.search(r"export HADOOP_CONF_DIR=(\S+)", out).group(1)
@@ -134,13 +122,13 @@ def test_cli_start_status_stop(tmp_path, own_hdfs):
         assert hdfs_native.Client(uri).get_file_info("/").isdir
         assert webhdfs.InsecureClient(web).status("/")["type"] == "DIRECTORY"
 
-        status = _cli("status", "--dir", base)
+        status = tfrecord_io_cli("hdfs-local", "status", "--dir", base)
         assert "ready" in status.stdout and uri in status.stdout
-        again = _cli("start", "--dir", base, check=False)
+        again = tfrecord_io_cli("hdfs-local", "start", "--dir", base, check=False)
         assert again.returncode == 1 and "already running" in again.stderr
 
-        assert "stopped" in _cli("stop", "--dir", base).stdout
-        assert _cli("status", "--dir", base, check=False).returncode == 1
+        assert "stopped" in tfrecord_io_cli("hdfs-local", "stop", "--dir", base).stdout
+        assert tfrecord_io_cli("hdfs-local", "status", "--dir", base, check=False).returncode == 1
         with pytest.raises(ConnectionRefusedError):  # nothing listens on the RPC port any more
             socket.create_connection(("127.0.0.1", int(uri.rsplit(":", 1)[1])), timeout=5)
     finally:

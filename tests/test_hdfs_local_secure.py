@@ -25,11 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import tfrecord_io_cli
 from tfrecord_io.clusters import hdfs_local
-
-
-VENV_BIN = Path(sys.executable).parent
-TFRECORD_IO = VENV_BIN / "tfrecord-io"
 
 # One client program for every check: python -c CLIENT ACTION URL KWARGS CONFIG [ARGS...]
 # (URL "" for fs.defaultFS; KWARGS: hdfs_native.Client's keyword arguments, CONFIG: its config
@@ -376,15 +373,6 @@ def test_failover_while_a_client_reads(secure_ha_hdfs, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # The CLI, as a user runs it
 # ---------------------------------------------------------------------------------------------
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    run = subprocess.run([str(TFRECORD_IO), "hdfs-local", *args], capture_output=True, text=True,
-                         timeout=300)
-    if check and run.returncode != 0:
-        raise AssertionError(f"tfrecord-io hdfs-local {' '.join(args)} failed:\n"
-                             f"{run.stdout}\n{run.stderr}")
-    return run
-
-
 def _exports(out: str) -> dict[str, str]:
     return dict(re.findall(r"^export (\w+)=(.*)$", out, re.MULTILINE))
 
@@ -395,7 +383,7 @@ def test_cli_secure_ha_cluster(tmp_path, own_hdfs):
     base = str(tmp_path / "cli-cluster")
     try:
         began = time.time()
-        out = _cli("start", "--kerberos", "--ha", "--datanodes", "3", "--data-protection",
+        out = tfrecord_io_cli("hdfs-local", "start", "--kerberos", "--ha", "--datanodes", "3", "--data-protection",
                    "privacy", "--ticket-lifetime", "1h", "--dir", base).stdout
         env = _exports(out)
         assert set(env) == {"HADOOP_CONF_DIR", "KRB5_CONFIG", "KRB5CCNAME"}
@@ -407,7 +395,7 @@ def test_cli_secure_ha_cluster(tmp_path, own_hdfs):
         assert out["replication"] == 3
         assert "negotiated = auth-conf" in h.log_path.read_text()
 
-        status = _cli("status", "--dir", base).stdout
+        status = tfrecord_io_cli("hdfs-local", "status", "--dir", base).stdout
         for words in ("is ready", "3 DataNodes (3 live), replication 3",
                       "HA nameservice minidfs-ns: nn1 active", "nn2 standby",
                       "Kerberos realm EXAMPLE.COM", "data protection privacy"):
@@ -419,22 +407,22 @@ def test_cli_secure_ha_cluster(tmp_path, own_hdfs):
                            {path: _ok(_client(env, "write", "hdfs://minidfs-ns", path, "12")).strip()},
                            tmp_path)
         reader.wait_for_reads(1)
-        assert "stopped DataNode 1 (127.0.0.1:" in _cli("stop-datanode", "--index", "1", "--dir", base).stdout
+        assert "stopped DataNode 1 (127.0.0.1:" in tfrecord_io_cli("hdfs-local", "stop-datanode", "--index", "1", "--dir", base).stdout
         reader.wait_for_reads(len(reader.reads) + 2)
         reader.finish()
-        assert "3 DataNodes (2 live)" in _cli("status", "--dir", base).stdout
+        assert "3 DataNodes (2 live)" in tfrecord_io_cli("hdfs-local", "status", "--dir", base).stdout
         assert not hdfs_local.status(base).datanodes[1].alive
-        again = _cli("stop-datanode", "--index", "1", "--dir", base, check=False)
+        again = tfrecord_io_cli("hdfs-local", "stop-datanode", "--index", "1", "--dir", base, check=False)
         assert again.returncode == 1 and "DataNode 1 is already stopped" in again.stderr
-        assert _cli("stop-datanode", "--dir", base, check=False).returncode == 2
+        assert tfrecord_io_cli("hdfs-local", "stop-datanode", "--dir", base, check=False).returncode == 2
 
-        assert "nn2 is the active NameNode now (nn1 shut down)" in _cli("failover", "--dir", base).stdout
-        assert "nn1 stopped" in _cli("status", "--dir", base).stdout
+        assert "nn2 is the active NameNode now (nn1 shut down)" in tfrecord_io_cli("hdfs-local", "failover", "--dir", base).stdout
+        assert "nn1 stopped" in tfrecord_io_cli("hdfs-local", "status", "--dir", base).stdout
         _ok(_client(env, "roundtrip", "hdfs://minidfs-ns", "/after-failover"))
 
-        assert "stopped" in _cli("stop", "--dir", base).stdout
-        assert _cli("status", "--dir", base, check=False).returncode == 1
-        failover = _cli("failover", "--dir", base, check=False)
+        assert "stopped" in tfrecord_io_cli("hdfs-local", "stop", "--dir", base).stdout
+        assert tfrecord_io_cli("hdfs-local", "status", "--dir", base, check=False).returncode == 1
+        failover = tfrecord_io_cli("hdfs-local", "failover", "--dir", base, check=False)
         assert failover.returncode == 1 and "no local HDFS is running" in failover.stderr
     finally:
         hdfs_local.stop(base)
