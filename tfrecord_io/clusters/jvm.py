@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["cache_root", "find_java", "is_alive", "locked", "log_tail", "read_state", "require", "terminate"]
+__all__ = ["cache_root", "find_java", "is_alive", "launch", "locked", "log_tail", "read_state", "require", "terminate"]
 
 MIN_JAVA = 17  # Hadoop 3.5's class files are Java 17 (major version 61); the launchers use its source mode
 
@@ -82,6 +82,18 @@ def is_alive(pid: int, marker: bytes) -> bool:
         return marker in Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def launch(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path, detach: bool,
+           append: bool = True) -> subprocess.Popen:
+    """Start a launcher's JVM in a session of its own, its output in ``log_path`` (added to it, or,
+    without ``append``, replacing it).  ``detach``: it outlives this process; otherwise it gets
+    ``--exit-on-stdin-eof`` and a pipe from us, and exits when this process does, however it exits."""
+    if not detach:
+        cmd = [*cmd, "--exit-on-stdin-eof"]
+    with open(log_path, "ab" if append else "wb") as log:
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
 
 
 def terminate(pid: int, proc: subprocess.Popen | None, timeout: float, marker: bytes,

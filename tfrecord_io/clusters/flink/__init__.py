@@ -355,11 +355,7 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
                *spec.master_args, "--job-host=127.0.0.1", f"--job-port={ports[0]}",
                f"--artifact-port={ports[1]}", f"--expansion-port={ports[2]}",
                f"--artifacts-dir={base / 'artifacts'}"]
-        if not detach:
-            cmd.append("--exit-on-stdin-eof")
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
+        proc = jvm.launch(cmd, cwd=base, env=env, log_path=log_path, detach=detach, append=False)
         state = {"runner": spec.name, "pid": proc.pid, "job_port": ports[0], "artifact_port": ports[1],
                  "expansion_port": ports[2]}
         handle = _handle(base, state, proc)

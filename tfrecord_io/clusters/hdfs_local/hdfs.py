@@ -178,12 +178,7 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
                     "--ticket-lifetime", str(ticket_lifetime)]
         for key, value in (conf or {}).items():
             cmd += ["--conf", f"{key}={value}"]
-        if not detach:
-            cmd.append("--exit-on-stdin-eof")
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                cmd, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
+        proc = jvm.launch(cmd, cwd=base, env=env, log_path=log_path, detach=detach)
         try:
             handle = _wait_ready(base, proc, timeout)
             if kerberos:

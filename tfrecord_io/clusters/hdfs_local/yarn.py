@@ -187,12 +187,7 @@ def start_yarn(hdfs: LocalHdfs, base_dir: str | os.PathLike, *, conf_dir: str | 
                "--min-allocation-mb", str(min_allocation_mb)]
         if k:
             cmd += ["--kerberos", k.yarn_principal, str(k.service_keytab), str(k.krb5_conf)]
-        if not detach:
-            cmd.append("--exit-on-stdin-eof")
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                cmd, cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL if detach else subprocess.PIPE, start_new_session=True)
+        proc = jvm.launch(cmd, cwd=base, env=env, log_path=log_path, detach=detach)
         try:
             deadline = time.monotonic() + timeout
             while True:
