@@ -91,6 +91,14 @@ guard = _RangeGuard(table, "error", stats, None)
 path = table.files[0].uri
 start, skip, n, nxt, last = guard(path.encode(), 0, -1, 0, -1, 0)
 assert (int(start), int(n), bool(last)) == (0, 700, True), (start, n, last)
+# a segment's ranges at once: the first of 1,024 records, then the rest; and a part of a file
+p1 = table.files[1].uri.encode()
+starts, skips, ns, lasts = guard.segment(p1, 1, 0, -1)
+offsets1 = table.index(1).offsets
+assert (ns.tolist(), skips.tolist(), lasts.tolist()) == ([1024, 476], [0, 0], [False, True]), (ns, lasts)
+assert starts.tolist() == [0, int(offsets1[1024])], starts
+starts, skips, ns, lasts = guard.segment(p1, 1, 100, 50)
+assert (starts.tolist(), ns.tolist(), lasts.tolist()) == ([int(offsets1[100])], [50], [True])
 data = bytearray(open(path, "rb").read())
 index = table.index(0)
 at = int(index.offsets[5])

@@ -7,7 +7,7 @@ without it (``tests/test_loader_parts.py``)::
     state     LoaderStats (counters), LoaderResume (where the next iterator starts), the data check
     files     the source, the schema and the types read as, the files' record indexes
     plan      each epoch's work: which records each input pipeline reads, in which order
-    checks    the length check before each byte range, the end-of-segment check (corrupt files)
+    checks    the length check of a segment's byte ranges, the end-of-segment check (corrupt files)
     offsets   the global shuffle's reader (records by offset)
     readers   the tf.data side of reading: byte ranges, interleave, shuffles, the declared length
     parse     records to tensors (parse spec, parser), the copy onto the GPU
@@ -44,10 +44,10 @@ The pipeline, per input pipeline (``input_context``)::
                                                              equal share of the records (below)
       -> parallel interleave over segments (cycle_length files read at once; deterministic
          option; through the HDFS shard cache, each waits for its shard's download first)
-             per segment: byte ranges, each checked before TensorFlow reads it (below)
-                          -> TFRecordDatasetV2 from the range's offset (CRC-checked), chunks of
-                             1024 records -> end-of-segment check (corruption names the file and
-                             offset; skip mode)
+             per segment: its byte ranges, all checked as the segment opens (below)
+                          -> TFRecordDatasetV2 from each range's offset (CRC-checked), chunks of
+                             8,192 records -> end-of-segment check (corruption names the file and
+                             offset; skip mode) -> chunks of 1,024 records for the interleave
       -> shuffle records in windows of shuffle_buffer (seeded by key, epoch, window) [shuffle=True]
       -> batch (per-replica batch size) BEFORE parsing, per epoch: each epoch yields exactly
          ceil(records / batch) batches
@@ -68,7 +68,7 @@ Every iterator of ``make_dataset`` and of each ``input_fn`` pipeline can be save
 batches the first one would have yielded next (with a ``seed``: the same order; without, the
 order drawn for this dataset is part of the checkpoint).  Everything that decides what is read
 is tf.data state -- the epochs are a ``Dataset.range``, file orders and shuffles stateless
-functions of (key, epoch, position), byte offsets scan state -- and the Python steps
+functions of (key, epoch, position), the position in a segment scan state -- and the Python steps
 (``numpy_function`` / ``py_function``: the range checks, the end-of-segment checks, the shard
 cache's fetches) are pure functions of their inputs or keep their state outside the graph, so
 the dataset sets ``experimental_external_state_policy = IGNORE`` and a restored pipeline re-runs
@@ -100,10 +100,13 @@ with a valid length CRC (a crafted or mis-written file) kills the process (uncom
 only: for gzip and zlib its reader grows the record as data comes and ends with "truncated
 record").  So TensorFlow never reads an uncompressed record whose length has not been checked
 against what remains of the file: each file is read in byte ranges (the first of 1,024 records,
-then growing to 65,536 records / 64 MiB), and a range is checked just before TensorFlow opens
-it -- with the file's index, its length fields against the index's lengths (vectorized);
-without, by walking its headers (once per file per process: later epochs reuse the ranges).
-The first batch waits for one range's check, not the file's.  A bad length is a
+then growing to 65,536 records / 64 MiB), all checked as the segment opens, before TensorFlow
+opens the first -- with the file's index, its length fields against the index's lengths
+(vectorized); without, by walking its headers (once per file per process: later epochs reuse
+the ranges).  The ranges are then a plain list the pipeline reads, with no Python step between
+them (and through the shard cache, each range first tells the cache the shard is still being
+read).  The first batch waits for the segment's check: a few ms per 100,000 records with an
+index, a walk of the file's headers without.  A bad length is a
 :class:`~tfrecord_io.core.framing.CorruptRecordError` naming the file and the offset; with
 ``on_corrupt="skip"`` TensorFlow reads the records before it.
 

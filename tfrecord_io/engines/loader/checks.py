@@ -1,4 +1,4 @@
-"""The checks around TensorFlow's reader: the length check before each byte range
+"""The checks around TensorFlow's reader: the length check of a segment's byte ranges
 (:class:`_RangeGuard`) and the end-of-segment check that names a corrupt file and offset
 (:class:`_SegmentChecker`).  No TensorFlow: plain functions of their arguments, called by the
 pipeline as ``numpy_function`` calls.
@@ -19,7 +19,7 @@ from tfrecord_io.storage.shard_cache import ShardCache
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
 from tfrecord_io.core.checksum import file_crc32c
 from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize, _local_path
-from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
+from tfrecord_io.engines.loader.options import (READ_CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
     MAX_RANGE_RECORDS, _LENGTH)
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
 
@@ -29,12 +29,11 @@ log = logging.getLogger(__name__)
 class _RangeGuard:
     """Where TensorFlow reads next in a segment, and how far: the length check (see the package doc).
 
-    Called (a numpy_function, pure: the same answer for the same arguments) before each byte
-    range of a segment: ``(path, file, offset, record, remaining, step, done)`` ->
+    Called by :meth:`segment` for each byte range of a segment in turn (pure: the same answer
+    for the same arguments): ``(path, file, offset, record, remaining, step)`` ->
     ``(start, skip, n, next_offset, last)``: TensorFlow reads ``n`` records (-1: to the end) from
     byte ``start`` after skipping ``skip`` records.  ``offset`` is -1 for a segment's first range
-    (found from ``record``), ``remaining`` the segment's records left (-1: to the end of the file);
-    once ``done`` (the segment has ended) the answer is: nothing.
+    (found from ``record``), ``remaining`` the segment's records left (-1: to the end of the file).
     Uncompressed files: every length in the range is checked against what remains of the file
     (and the index's lengths) before TensorFlow allocates it.  Compressed files need no check
     (TensorFlow's reader does not allocate a record's length up front there): one range.
@@ -44,9 +43,34 @@ class _RangeGuard:
     def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
         self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
 
-    def __call__(self, path_b, i, offset, record, remaining, step, done=False):
-        if done:
-            return _answer(0, 0, 0, 0, True)
+    def segment(self, path_b, i, first, remaining):
+        """All the byte ranges of one segment at once, checked: ``(starts, skips, ns, lasts)``.
+
+        Called once, as the segment opens (a numpy_function: pure, the same answer for the same
+        file and arguments), so that the pipeline reads a plain list of ranges: one tf.data
+        function per segment instead of a range ``scan`` and ``take_while`` (fewer functions
+        to trace and instantiate before the first batch, and no Python step between ranges).
+        The checks are those of :meth:`__call__`, range by range: an indexed file costs one
+        vectorized comparison per range, an unindexed one a walk of its headers (remembered, so
+        later epochs walk nothing).  In error mode a bad length raises here, before TensorFlow
+        reads any of the file; in skip mode the ranges end before the bad record.
+        """
+        offset, record, left, step = -1, int(first), int(remaining), 0
+        out = []
+        while True:
+            start, skip, n, nxt, last = self(path_b, i, offset, record, left, step)
+            out.append((int(start), int(skip), int(n), bool(last)))
+            if last or n <= 0:  # (n <= 0 and not last: nothing more can be read; ends it rather than looping)
+                break
+            record += int(n)
+            left = left - int(n) if left >= 0 else left
+            offset, step = int(nxt), step + 1
+        starts, skips, ns, lasts = (np.array(column, dtype=dtype)
+                                    for column, dtype in zip(zip(*out), (np.int64, np.int64, np.int64, np.bool_)))
+        lasts[-1] = True
+        return starts, skips, ns, lasts
+
+    def __call__(self, path_b, i, offset, record, remaining, step):
         local = _local_path(path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b))
         if self.cache is not None:
             self.cache.touch(local)  # still being read: copied again if it was evicted
@@ -234,7 +258,7 @@ class _SegmentChecker:
 
         TF's stream ends at its first bad record and drops the chunk it was filling, so
         ``recovered`` holds the intact records after the ``n`` TF delivered (fewer than
-        CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
+        READ_CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
         """
         if whole:
             stream_bytes = nbytes + RECORD_OVERHEAD * n
@@ -261,7 +285,7 @@ class _SegmentChecker:
                         continue
                     if not whole and k >= first + count:
                         break
-                    if intact >= n and len(tail) < CHUNK_RECORDS:
+                    if intact >= n and len(tail) < READ_CHUNK_RECORDS:
                         tail.append(record)
                     intact += 1
         except CorruptRecordError as e:

@@ -13,7 +13,7 @@ from tfrecord_io.storage.sources import Source
 from tfrecord_io.engines.loader.checks import _RangeGuard, _SegmentChecker
 from tfrecord_io.engines.loader.files import _FileTable, _local_path
 from tfrecord_io.engines.loader.offsets import _RecordReader, _Staged
-from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
+from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, READ_CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
     GLOBAL_READ_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION, _usable_cpus)
 from tfrecord_io.engines.loader.plan import _EpochPlan, _Share
 from tfrecord_io.engines.loader.state import LoaderStats
@@ -133,11 +133,11 @@ class _Reader:
                                    deterministic=self.opts.is_deterministic)
 
     def _segment(self, pass_id, pos, i, first, count, whole):
-        """One segment's chunks of records: its byte ranges, each checked (the guard) just before
-        TensorFlow reads it, then the end-of-segment check.  Every tf.data function here is one
-        more to instantiate before the first record (5 to 20 ms each on 2 CPUs), so there are
-        few: a scan for the ranges (and a take_while to end them), a flat_map over them, a scan
-        for the check."""
+        """One segment's chunks of records: its byte ranges (all checked by the guard as the
+        segment opens), read one after another, then the end-of-segment check.  Every tf.data
+        function here is one more to trace and instantiate before the first record (5 to 20 ms
+        each on 2 CPUs) and every per-chunk step costs on each of ~1,000 chunks per million
+        records, so there are few: the flat_map over the ranges and the checking scan."""
         import tensorflow as tf
 
         if self.cache is not None:
@@ -149,53 +149,54 @@ class _Reader:
         compression = tf.gather(self.comps, i)
         remaining = tf.where(whole > 0, tf.constant(-1, tf.int64), count)
         i64 = tf.int64
+        ranges = tf.numpy_function(self.guard.segment, [path, i, first, remaining], [i64, i64, i64, tf.bool],
+                                   stateful=False)
+        for t in ranges:
+            t.set_shape([None])
+        starts, skips, ns, lasts = ranges
+        marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
-        def next_range(state, _):
-            offset, record, left, step, done = state
-            # The guard answers "nothing" itself once the segment is done: a tf.cond here would be
-            # two more functions to instantiate.
-            out = tf.numpy_function(self.guard, [path, i, offset, record, left, step, done],
-                                    [i64, i64, i64, i64, tf.bool], stateful=False)
-            for t in out:
-                t.set_shape([])
-            start, skip, n, nxt, last = out
-            left2 = tf.where(left >= 0, left - tf.maximum(n, 0), left)
-            return (nxt, record + tf.maximum(n, 0), left2, step + 1, done | last), (start, skip, n, last, done)
-
-        ranges = (tf.data.Dataset.counter()
-                  .scan((tf.constant(-1, i64), first, remaining, tf.constant(0, i64), tf.constant(False)), next_range)
-                  .take_while(lambda start, skip, n, last, done: tf.logical_not(done)))
-        empty = tf.zeros([0], tf.string)
-        data_tag = tf.data.Dataset.from_tensors((tf.constant(0, i64), tf.constant(-1, i64), tf.constant(False))).repeat()
-
-        def read_range(start, skip, n, last, done):
+        def read_range(start, skip, n):
             # A read error (bad CRC, truncation) ends the range's stream, dropping the chunk it was
             # filling; the end-of-segment check says which file, where and why.  ignore_errors after
-            # batch, not per record: one tf.data stage fewer per record.  Chunks are tagged
-            # (kind 0) by a zip, a marker (kind 1) with the range's records follows them.
-            chunks = _byte_range(path, compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
-            marker = tf.data.Dataset.from_tensors((empty, (tf.constant(1, i64), n, last)))
-            return tf.data.Dataset.zip((chunks, data_tag)).concatenate(marker)
+            # batch, not per record: one tf.data stage fewer per record.  An empty chunk (batch
+            # never makes one) marks the range's end.
+            where = path
+            if self.cache is not None:  # still being read: copied again if it was evicted meanwhile
+                where = tf.numpy_function(lambda p: (self.cache.touch(p.decode("utf-8")), p)[1], [path],
+                                          tf.string, stateful=True)
+                where.set_shape([])
+            chunks = _byte_range(where, compression, start, skip, n).batch(READ_CHUNK_RECORDS).ignore_errors()
+            return chunks.concatenate(marker)
 
-        def check(state, element):
-            got, nbytes, in_range, stopped = state
-            chunk, (kind, expected, last) = element
+        def check(state, chunk):
+            got, nbytes, in_range, stopped, r = state
+            size = tf.size(chunk, out_type=i64)
+            is_marker = tf.equal(size, 0)
+            at = tf.minimum(r, tf.size(ns, out_type=i64) - 1)
+            expected, last = tf.gather(ns, at), tf.gather(lasts, at)
             # Once the segment has ended early (a corrupt record), the rest of the file is dropped.
             chunk = chunk[:tf.where(stopped, tf.constant(0, tf.int32), tf.size(chunk))]
-            size = tf.size(chunk, out_type=i64)
+            size = tf.where(stopped, tf.constant(0, i64), size)
             got, in_range = got + size, in_range + size
             nbytes = nbytes + tf.reduce_sum(tf.cast(tf.strings.length(chunk), i64))
-            ends = tf.logical_not(stopped) & tf.equal(kind, 1) & (last | ((expected >= 0) & (in_range < expected)))
-            # Called for every chunk (a numpy_function: ~30 us per 1,024 records) rather than in a
-            # tf.cond: it checks at the segment's end only and otherwise returns nothing at once.
+            ends = tf.logical_not(stopped) & is_marker & (last | ((expected >= 0) & (in_range < expected)))
+            # Called for every chunk (a numpy_function) rather than in a tf.cond (measured: no
+            # cheaper): it checks at the segment's end only and otherwise returns nothing at once.
             tail = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
                                      stateful=True)
             tail.set_shape([None])
-            in_range = tf.where(tf.equal(kind, 1), tf.constant(0, i64), in_range)
-            return (got, nbytes, in_range, stopped | ends), tf.concat([chunk, tail], 0)
+            in_range = tf.where(is_marker, tf.constant(0, i64), in_range)
+            r = tf.where(is_marker, r + 1, r)
+            return (got, nbytes, in_range, stopped | ends, r), tf.concat([chunk, tail], 0)
 
         zero = tf.constant(0, i64)
-        return ranges.flat_map(read_range).scan((zero, zero, zero, tf.constant(False)), check)
+        # Checked in chunks of READ_CHUNK_RECORDS (the check's Python call then costs once per
+        # 8,192 records), handed to the interleave in chunks of CHUNK_RECORDS (rebatch: a copy,
+        # no function), so that files still alternate every 1,024 records.
+        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns)).flat_map(read_range)
+                .scan((zero, zero, zero, tf.constant(False), zero), check)
+                .rebatch(CHUNK_RECORDS))
 
 
 def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
