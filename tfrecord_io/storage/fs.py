@@ -224,7 +224,8 @@ def join(base: str, *parts: str) -> str:
 # --------------------------------------------------------------------------- local
 
 
-def _local_path(uri: str) -> str:
+def local_path(uri: str) -> str:
+    """The local path of ``uri``: a ``file:`` URI's path (remote hosts refused), anything else as given."""
     if uri.startswith("file:"):
         parsed = urlsplit(uri)
         if parsed.netloc not in ("", "localhost"):
@@ -267,7 +268,7 @@ class LocalFileSystem(FileSystem):
 
     def open(self, uri, mode="rb"):
         _check_mode(uri, mode)
-        path = _local_path(uri)
+        path = local_path(uri)
         try:
             if mode == "rb":
                 return builtins.open(path, mode)
@@ -280,7 +281,7 @@ class LocalFileSystem(FileSystem):
     def _stat(self, uri):
         """os.stat, or None if nothing is there; other errors (e.g. permission) propagate."""
         try:
-            return os.stat(_local_path(uri))
+            return os.stat(local_path(uri))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
@@ -294,7 +295,7 @@ class LocalFileSystem(FileSystem):
         return st is not None and stat.S_ISDIR(st.st_mode)
 
     def size(self, uri):
-        path = _local_path(uri)
+        path = local_path(uri)
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", uri)
         try:
@@ -304,13 +305,13 @@ class LocalFileSystem(FileSystem):
 
     def ls(self, uri):
         try:
-            names = os.listdir(_local_path(uri))
+            names = os.listdir(local_path(uri))
         except OSError as e:
             self._reraise(e, uri)
         return sorted(join(uri, name) for name in names)
 
     def rename(self, src, dst):
-        s, d = os.fsencode(_local_path(src)), os.fsencode(_local_path(dst))
+        s, d = os.fsencode(local_path(src)), os.fsencode(local_path(dst))
         if _RENAMEAT2 is not None:
             if _RENAMEAT2(_AT_FDCWD, s, _AT_FDCWD, d, _RENAME_NOREPLACE) == 0:
                 return
@@ -329,7 +330,7 @@ class LocalFileSystem(FileSystem):
             raise type(e)(e.errno, e.strerror, src, None, dst) from e
 
     def delete(self, uri, recursive=False):
-        path = _local_path(uri)
+        path = local_path(uri)
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path) if recursive else os.rmdir(path)
@@ -340,7 +341,7 @@ class LocalFileSystem(FileSystem):
 
     def makedirs(self, uri, exist_ok=True):
         try:
-            os.makedirs(_local_path(uri), exist_ok=exist_ok)
+            os.makedirs(local_path(uri), exist_ok=exist_ok)
         except OSError as e:
             self._reraise(e, uri)
 
@@ -352,7 +353,7 @@ class LocalFileSystem(FileSystem):
 
     def chmod(self, uri, permission):
         try:
-            os.chmod(_local_path(uri), permission)
+            os.chmod(local_path(uri), permission)
         except OSError as e:
             self._reraise(e, uri)
 

@@ -102,7 +102,7 @@ def _canonical(uri: str) -> tuple[str, str]:
     if fs.is_hdfs(uri):
         path = "/" + uri.split("://", 1)[1].partition("/")[2]
         return "hdfs", posixpath.normpath(path)
-    path = fs._local_path(uri)  # noqa: SLF001 - the one place file:// URIs are parsed
+    path = fs.local_path(uri)
     return "local", os.path.realpath(path)
 
 

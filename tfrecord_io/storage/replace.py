@@ -243,13 +243,13 @@ def check_removable(output: str, entries: list[str]) -> None:
     which undoes itself on failure."""
     if fs.is_hdfs(output) or os.geteuid() == 0:
         return
-    top = fs._local_path(output)  # noqa: SLF001 - file:// URIs are parsed there
+    top = fs.local_path(output)
     if not os.access(top, os.W_OK | os.X_OK):
         raise PermissionError(f"--overwrite must move the previous output's files, and {top} is not writable "
                               f"by you; the previous output is untouched")
     top_st = os.stat(top)
     for entry in entries:
-        path = fs._local_path(entry)  # noqa: SLF001
+        path = fs.local_path(entry)
         st = os.lstat(path)
         if top_st.st_mode & stat.S_ISVTX and os.geteuid() not in (top_st.st_uid, st.st_uid):
             raise PermissionError(f"--overwrite cannot move the previous output's {path} (owner uid {st.st_uid}) "

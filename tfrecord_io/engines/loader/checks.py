@@ -18,7 +18,8 @@ from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.shard_cache import ShardCache
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
 from tfrecord_io.core.checksum import file_crc32c
-from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize, _local_path
+from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize
+from tfrecord_io.storage.fs import local_path
 from tfrecord_io.engines.loader.options import (READ_CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
     MAX_RANGE_RECORDS, _LENGTH)
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
@@ -71,7 +72,7 @@ class _RangeGuard:
         return starts, skips, ns, lasts
 
     def __call__(self, path_b, i, offset, record, remaining, step):
-        local = _local_path(path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b))
+        local = local_path(path_b.decode("utf-8") if isinstance(path_b, bytes) else str(path_b))
         if self.cache is not None:
             self.cache.touch(local)  # still being read: copied again if it was evicted
         i, offset, record, remaining, step = int(i), int(offset), int(record), int(remaining), int(step)
@@ -128,7 +129,7 @@ class _RangeGuard:
 
     def _walk(self, local: str, f: SourceFile, offset: int, record: int, want: int, remaining: int, st, step: int):
         # A walk's answer depends on the file and the arguments only: remembered, later epochs walk nothing.
-        key = (f.uri, st.st_size, st.st_mtime_ns if local == _local_path(f.uri) else None, offset, record,
+        key = (f.uri, st.st_size, st.st_mtime_ns if local == local_path(f.uri) else None, offset, record,
                remaining, step)
         known = self.table.walked(key)
         if known is not None:
@@ -237,7 +238,7 @@ class _SegmentChecker:
             return
         with self._open(path) as fh:
             fh.seek(0, os.SEEK_END)
-            key = (i, fh.tell(), os.stat(_local_path(path)).st_mtime_ns if "://" not in path else None)
+            key = (i, fh.tell(), os.stat(local_path(path)).st_mtime_ns if "://" not in path else None)
             if self.table.content_checked(key):
                 return
             fh.seek(0)
@@ -250,7 +251,7 @@ class _SegmentChecker:
     def _open(self, path: str):
         if "://" in path and not path.startswith("file:"):
             return fs.open(path, "rb")
-        return open(_local_path(path), "rb")
+        return open(local_path(path), "rb")
 
     def _check(self, path: str, f: SourceFile, first: int, count: int, whole: bool, n: int,
                nbytes: int) -> tuple[CorruptFile | None, Exception | None, list[bytes]]:

@@ -11,7 +11,6 @@ import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 
 from tfrecord_io.core.schema import Feature, Schema
@@ -118,10 +117,6 @@ def select_features(schema: Schema, names: Sequence[str] | None) -> Schema:
     return dataclasses.replace(schema, context=tuple(f for f in schema.context if f.name in keep),
                                sequence=tuple(f for f in schema.sequence if f.name in keep) or schema.sequence[:1],
                                order_by=schema.order_by if schema.order_by in keep else None, ignore_columns=())
-
-
-def _local_path(uri: str) -> str:
-    return urlsplit(uri).path if uri.startswith("file:") else uri
 
 
 def _gzip_isize(f) -> int | None:

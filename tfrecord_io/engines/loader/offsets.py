@@ -14,12 +14,13 @@ from typing import Any, Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, masked_crc32c
+from tfrecord_io.core.framing import HEADER_SIZE, RECORD_OVERHEAD, CorruptRecordError, mask_crc, masked_crc32c
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
 from tfrecord_io.core.checksum import file_crc32c
-from tfrecord_io.engines.loader.files import _FileTable, _local_path
+from tfrecord_io.engines.loader.files import _FileTable
+from tfrecord_io.storage.fs import local_path
 from tfrecord_io.engines.loader.options import _HEADER, _U32
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
 
@@ -113,7 +114,7 @@ class _RecordReader:
         with self._lock:
             fd = self._fds.get(i)
         if fd is None:
-            path = self.staged.path(i) if self.staged is not None else _local_path(self.table.files[i].uri)
+            path = self.staged.path(i) if self.staged is not None else local_path(self.table.files[i].uri)
             fd = os.open(path, os.O_RDONLY)
             try:
                 _check_content(fd, self.table.files[i])
@@ -151,9 +152,8 @@ class _RecordReader:
                     if crc is None:
                         crc = length_crcs.setdefault(stored, masked_crc32c(framed[:8]))
                     data = framed[HEADER_SIZE:HEADER_SIZE + length]
-                    c = value(data)
                     good = (stored == length and crc == stored_crc
-                            and (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF == u32(framed, HEADER_SIZE + length)[0])
+                            and mask_crc(value(data)) == u32(framed, HEADER_SIZE + length)[0])
                 if good:
                     out[j] = data
                     continue

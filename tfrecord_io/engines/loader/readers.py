@@ -11,7 +11,8 @@ from typing import Sequence
 from tfrecord_io.storage.shard_cache import ShardCache, scheme_of
 from tfrecord_io.storage.sources import Source
 from tfrecord_io.engines.loader.checks import _RangeGuard, _SegmentChecker
-from tfrecord_io.engines.loader.files import _FileTable, _local_path
+from tfrecord_io.engines.loader.files import _FileTable
+from tfrecord_io.storage.fs import local_path
 from tfrecord_io.engines.loader.offsets import _RecordReader, _Staged
 from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, READ_CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
     GLOBAL_READ_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION, _usable_cpus)
@@ -94,7 +95,7 @@ class _Reader:
         self.plan = _EpochPlan(table, share, opts.shuffle is True, self.cache, pipeline_files)
         self.guard = _RangeGuard(table, opts.on_corrupt, stats, self.cache)
         self.checker = _SegmentChecker(table, opts.on_corrupt, stats, self.cache)
-        self.paths = tf.constant([_local_path(f.uri) for f in files] or [""], tf.string)
+        self.paths = tf.constant([local_path(f.uri) for f in files] or [""], tf.string)
         self.comps = tf.constant([_TF_COMPRESSION[f.compression] for f in files] or [""], tf.string)
 
     def epoch(self, key, epoch, token):
@@ -246,9 +247,10 @@ def _declare_length(ds, per_epoch: int | None, num_epochs: int | None):
     epoch short.  ``flat_map`` hides the count; ``assert_cardinality`` would restore it but fails an
     iterator started mid-epoch (``LoaderResume.start_epoch(skip_batches=k)`` yields k fewer).  So
     the count is declared without being asserted: ``ds`` followed by a dataset whose static
-    cardinality is infinite but that yields nothing (an empty ``filter``, repeated: tf.data's
-    ``repeat`` ends when a pass yields nothing) is infinite, and ``take`` makes it the count.  An
-    iterator still ends where its data ends.
+    cardinality is infinite but that yields nothing (``take(0)`` made of unknown cardinality by
+    ``ignore_errors``, repeated: tf.data's ``repeat`` ends when a pass yields nothing; no function
+    to trace) is infinite, and ``take`` makes it the count.  An iterator still ends where its
+    data ends.
     """
     if per_epoch is None:
         return ds
@@ -256,7 +258,7 @@ def _declare_length(ds, per_epoch: int | None, num_epochs: int | None):
 
     nothing = tf.nest.map_structure(lambda spec: tf.zeros([d if d is not None else 0 for d in spec.shape],
                                                           spec.dtype), ds.element_spec)
-    ds = ds.concatenate(tf.data.Dataset.from_tensors(nothing).filter(lambda *_: False).repeat())
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(nothing).take(0).ignore_errors().repeat())
     return ds if num_epochs is None else ds.take(per_epoch * num_epochs)
 
 
