@@ -94,11 +94,11 @@ def convert(engine: str, spark, inp: str, fmt: str, schema: str, out: str, **kw)
                                                        max_reject_fraction=1.0, **kw))
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_io.engines import beam as tbeam
+    from tfrecord_io import beam  # the stable name a user calls
 
-    conv = tbeam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, max_reject_fraction=1.0,
-                                   **kw)
-    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
+    conv = beam.ConversionOptions(inputs=inp, input_format=fmt, schema=schema, output=out, max_reject_fraction=1.0,
+                                  **kw)
+    result = beam.run_conversion(conv, PipelineOptions(["--runner=FnApiRunner"]))
     assert result.runner == "FnApiRunner", result.runner
     return result.manifest
 

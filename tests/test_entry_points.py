@@ -202,3 +202,15 @@ def test_the_table_has_every_option():
     flags = {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}  # noqa: SLF001
     used = {a for case in CASES.values() for a in case[0] if a.startswith("--")} | {"--input", "--schema", "--output"}
     assert flags - used == set(), f"options no case of the table runs: {sorted(flags - used)}"
+
+
+def test_the_stable_conversion_calls_carry_no_test_seam():
+    """The tests' fault injection is reached through the engines' functions, never through the
+    stable names users call (#32 item 5); tests.helpers.convert runs Beam through the stable name."""
+    import inspect
+
+    import tfrecord_io.beam
+    import tfrecord_io.spark
+
+    for fn in (tfrecord_io.spark.run_conversion, tfrecord_io.beam.run_conversion):
+        assert "faults" not in inspect.signature(fn).parameters, fn

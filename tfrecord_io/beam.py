@@ -26,8 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     return beam_main(argv)
 
 
+def run_conversion(plan, options=None):
+    """Run ``plan`` (a Plan, or ConversionOptions) on the runner in the pipeline ``options`` and commit
+    its output; a ``ConversionResult``.  See :func:`tfrecord_io.engines.beam.run_conversion` (which
+    also takes the tests' fault injection; this stable name does not)."""
+    from tfrecord_io.engines.beam import run_conversion as run
+
+    return run(plan, options)
+
+
 def __getattr__(name: str):
-    if name in ("ConversionOptions", "ConversionResult", "pipeline_options", "run_conversion"):
+    if name in ("ConversionOptions", "ConversionResult", "pipeline_options"):
         return getattr(importlib.import_module("tfrecord_io.engines.beam"), name)
     raise AttributeError(f"module 'tfrecord_io.beam' has no attribute {name!r}")
 

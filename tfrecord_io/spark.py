@@ -32,11 +32,14 @@ def package_zip(directory: str) -> str:
     return zip_package(directory)
 
 
-def run_conversion(spark, plan, *, faults=None) -> dict:
-    """The Spark job: convert ``plan`` (a Plan, or ConversionOptions) on ``spark``; the committed manifest."""
+def run_conversion(spark, plan) -> dict:
+    """The Spark job: convert ``plan`` (a Plan, or ConversionOptions) on ``spark``; the committed manifest.
+
+    (The tests' fault injection goes through :func:`tfrecord_io.engines.spark.run_conversion`, not
+    through this stable name.)"""
     from tfrecord_io.engines.spark import run_conversion as run
 
-    return run(spark, plan, faults=faults)
+    return run(spark, plan)
 
 
 def __getattr__(name: str):
