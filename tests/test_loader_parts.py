@@ -93,22 +93,25 @@ start, skip, n, nxt, last = guard(path.encode(), 0, -1, 0, -1, 0)
 assert (int(start), int(n), bool(last)) == (0, 700, True), (start, n, last)
 # a segment's ranges at once: the first of 1,024 records, then the rest; and a part of a file
 p1 = table.files[1].uri.encode()
-starts, skips, ns, lasts = guard.segment(p1, 1, 0, -1)
+starts, skips, ns, lasts, firsts = guard.segment(p1, 1, 0, -1)
 offsets1 = table.index(1).offsets
 assert (ns.tolist(), skips.tolist(), lasts.tolist()) == ([1024, 476], [0, 0], [False, True]), (ns, lasts)
-assert starts.tolist() == [0, int(offsets1[1024])], starts
-starts, skips, ns, lasts = guard.segment(p1, 1, 100, 50)
+assert starts.tolist() == [0, int(offsets1[1024])] and firsts.tolist() == [0, 1024], (starts, firsts)
+starts, skips, ns, lasts, firsts = guard.segment(p1, 1, 100, 50)
 assert (starts.tolist(), ns.tolist(), lasts.tolist()) == ([int(offsets1[100])], [50], [True])
 data = bytearray(open(path, "rb").read())
 index = table.index(0)
 at = int(index.offsets[5])
 data[at:at + 8] = (10 ** 9).to_bytes(8, "little")
 open(path, "wb").write(bytes(data))
+assert guard(path.encode(), 0, -1, 0, -1, 0)[2] == 700  # the plan comes from the index; verify() reads
 try:
-    guard(path.encode(), 0, -1, 0, -1, 0)
+    guard.verify(path.encode(), 0, 0, 700)
     raise SystemExit("a corrupt length passed the check")
 except (CorruptRecordError, ValueError) as e:
     assert str(at) in str(e), e
+assert int(guard.verify(path.encode(), 0, 6, 694)) == 694  # a range after it is not refused
+assert int(_RangeGuard(table, "skip", stats, None).verify(path.encode(), 0, 0, 700)) == 5  # skip: cut before it
 
 # the end-of-segment check: a segment that TensorFlow read whole passes, one read short is named
 checker = _SegmentChecker(table, "error", stats, None)

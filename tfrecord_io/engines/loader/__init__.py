@@ -44,7 +44,8 @@ The pipeline, per input pipeline (``input_context``)::
                                                              equal share of the records (below)
       -> parallel interleave over segments (cycle_length files read at once; deterministic
          option; through the HDFS shard cache, each waits for its shard's download first)
-             per segment: its byte ranges, all checked as the segment opens (below)
+             per segment: its byte ranges (from the index, or a walk), each checked before
+                          TensorFlow opens it (below)
                           -> TFRecordDatasetV2 from each range's offset (CRC-checked), chunks of
                              8,192 records -> end-of-segment check (corruption names the file and
                              offset; skip mode) -> chunks of 1,024 records for the interleave
@@ -100,13 +101,12 @@ with a valid length CRC (a crafted or mis-written file) kills the process (uncom
 only: for gzip and zlib its reader grows the record as data comes and ends with "truncated
 record").  So TensorFlow never reads an uncompressed record whose length has not been checked
 against what remains of the file: each file is read in byte ranges (the first of 1,024 records,
-then growing to 65,536 records / 64 MiB), all checked as the segment opens, before TensorFlow
-opens the first -- with the file's index, its length fields against the index's lengths
-(vectorized); without, by walking its headers (once per file per process: later epochs reuse
-the ranges).  The ranges are then a plain list the pipeline reads, with no Python step between
-them (and through the shard cache, each range first tells the cache the shard is still being
-read).  The first batch waits for the segment's check: a few ms per 100,000 records with an
-index, a walk of the file's headers without.  A bad length is a
+then growing to 65,536 records / 64 MiB), listed as the segment opens and read as a plain list
+(no scan between them).  With the file's index, the list comes from the index and each range's
+length fields are checked against the index's lengths (vectorized) just before TensorFlow opens
+it, so the first batch waits for one range's check; without, the list comes from walking the
+file's headers as the segment opens (once per file per process: later epochs reuse it), so the
+first batch of an unindexed file waits for that walk.  A bad length is a
 :class:`~tfrecord_io.core.framing.CorruptRecordError` naming the file and the offset; with
 ``on_corrupt="skip"`` TensorFlow reads the records before it.
 

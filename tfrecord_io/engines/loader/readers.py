@@ -150,24 +150,23 @@ class _Reader:
         compression = tf.gather(self.comps, i)
         remaining = tf.where(whole > 0, tf.constant(-1, tf.int64), count)
         i64 = tf.int64
-        ranges = tf.numpy_function(self.guard.segment, [path, i, first, remaining], [i64, i64, i64, tf.bool],
-                                   stateful=False)
+        ranges = tf.numpy_function(self.guard.segment, [path, i, first, remaining],
+                                   [i64, i64, i64, tf.bool, i64], stateful=False)
         for t in ranges:
             t.set_shape([None])
-        starts, skips, ns, lasts = ranges
+        starts, skips, ns, lasts, records = ranges
         marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
-        def read_range(start, skip, n):
-            # A read error (bad CRC, truncation) ends the range's stream, dropping the chunk it was
-            # filling; the end-of-segment check says which file, where and why.  ignore_errors after
-            # batch, not per record: one tf.data stage fewer per record.  An empty chunk (batch
-            # never makes one) marks the range's end.
-            where = path
-            if self.cache is not None:  # still being read: copied again if it was evicted meanwhile
-                where = tf.numpy_function(lambda p: (self.cache.touch(p.decode("utf-8")), p)[1], [path],
-                                          tf.string, stateful=True)
-                where.set_shape([])
-            chunks = _byte_range(where, compression, start, skip, n).batch(READ_CHUNK_RECORDS).ignore_errors()
+        def read_range(start, skip, n, record):
+            # The range's length check, just before TensorFlow opens it (in skip mode it may cut
+            # the range short: the check below then ends the segment).  A read error (bad CRC,
+            # truncation) ends the range's stream, dropping the chunk it was filling; the
+            # end-of-segment check says which file, where and why.  ignore_errors after batch, not
+            # per record: one tf.data stage fewer per record.  An empty chunk (batch never makes
+            # one) marks the range's end.
+            n = tf.numpy_function(self.guard.verify, [path, i, record, n], i64, stateful=False)
+            n.set_shape([])
+            chunks = _byte_range(path, compression, start, skip, n).batch(READ_CHUNK_RECORDS).ignore_errors()
             return chunks.concatenate(marker)
 
         def check(state, chunk):
@@ -195,7 +194,7 @@ class _Reader:
         # Checked in chunks of READ_CHUNK_RECORDS (the check's Python call then costs once per
         # 8,192 records), handed to the interleave in chunks of CHUNK_RECORDS (rebatch: a copy,
         # no function), so that files still alternate every 1,024 records.
-        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns)).flat_map(read_range)
+        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records)).flat_map(read_range)
                 .scan((zero, zero, zero, tf.constant(False), zero), check)
                 .rebatch(CHUNK_RECORDS))
 
