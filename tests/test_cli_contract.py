@@ -182,6 +182,45 @@ def test_hdfs_local_bad_usage_exits_2_with_the_actions_usage(args, names):
     assert proc.stderr.startswith(usage), proc.stderr  # the usage of what was mistyped, not of tfrecord-io
 
 
+# flink-local: the same, one parser per action (issue #32).
+FLINK_LOCAL_FLAGS = {"fetch": {"--runner"}, "start": {"--runner", "--dir", "--port", "--timeout"},
+                     "stop": {"--runner", "--dir"}, "status": {"--runner", "--dir"}}
+
+
+@pytest.mark.parametrize("action", sorted(FLINK_LOCAL_FLAGS))
+def test_each_flink_local_action_has_its_own_help(action):
+    text = tfrecord_io_cli("flink-local", action, "--help").stdout
+    assert text.startswith(f"usage: tfrecord-io flink-local {action} "), text
+    assert _usage_flags(text) == FLINK_LOCAL_FLAGS[action], text
+    options = text.split("\noptions:\n", 1)[1]
+    for flag in FLINK_LOCAL_FLAGS[action]:
+        assert re.search(rf"^  {flag}\b.*\S", options, re.MULTILINE), f"{flag} has no help line:\n{text}"
+
+
+@pytest.mark.parametrize("args,names", [
+    (["stop", "--port", "3"], "unrecognized arguments: --port 3"),
+    (["fetch", "--dir", "/x"], "unrecognized arguments: --dir /x"),
+    (["bogus"], "invalid choice: 'bogus'"),
+], ids=["another action's flag", "a flag fetch does not take", "unknown action"])
+def test_flink_local_bad_usage_exits_2_with_the_actions_usage(args, names):
+    proc = tfrecord_io_cli("flink-local", *args, check=False)
+    assert proc.returncode == 2 and proc.stdout == "", f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and names in errors[0], proc.stderr
+    action = args[0] if args[0] in FLINK_LOCAL_FLAGS else None
+    usage = f"usage: tfrecord-io flink-local {action} " if action else "usage: tfrecord-io flink-local [-h] ACTION"
+    assert proc.stderr.startswith(usage), proc.stderr
+
+
+@pytest.mark.parametrize("args", [["status", "--runner", "spark", "--dir", "{d}"],
+                                  ["--runner", "spark", "--dir", "{d}", "status"]],
+                         ids=["flags after the action", "flags before it, as before the actions had parsers"])
+def test_flink_local_flags_reach_the_action_wherever_they_stand(tmp_path, args):
+    d = str(tmp_path / "none")
+    proc = tfrecord_io_cli("flink-local", *[a.format(d=d) for a in args], check=False)
+    assert proc.returncode == 1 and f"no job server running in {d}" in proc.stdout, proc.stdout + proc.stderr
+
+
 def _documented_hdfs_local_invocations() -> list[str]:
     found = []
     for path in [REPO / "README.md", REPO / "Makefile", REPO / "BENCHMARKS.md", *sorted((REPO / "docs").glob("*.md"))]:

@@ -1,6 +1,7 @@
 """``tfrecord-io flink-local fetch|start|stop|status``: a Beam job server for Flink (or Spark) on loopback.
 
-Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
+Each action is a subcommand with its own flags: ``tfrecord-io flink-local start --help`` lists
+start's only.  Kept import-light: ``configure`` runs for every ``tfrecord-io --help``.
 """
 
 from __future__ import annotations
@@ -8,32 +9,48 @@ from __future__ import annotations
 import argparse
 
 from tfrecord_io.commands import exits
+from tfrecord_io.commands.actions import ActionParser
 
-_HELP = """\
-actions:
-  fetch    download the Beam Flink runner 2.62.0 and Flink 1.19.0 jars with Maven (about 150 MB;
-           needs `mvn`) and write the jar for --flink_job_server_jar; `start` does this too
-  start    start Beam's Flink job server (Flink master [local]: a MiniCluster in its JVM) on
-           127.0.0.1 in the background, wait until it is ready, print the Beam options to use
-  stop     shut it down
-  status   print the options if it is running (exit status 1 if not)
-
+_NOTE = """\
 --runner spark does the same for Beam's Spark runner 2.62.0 with Spark 3.5.1 (local[2]; about
 300 MB of jars).  --dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/RUNNER-local.
 Needs Java 17 and Maven.  See docs/running-on-flink.md.
 """
 
+# (action, its line in `flink-local --help`, its description in `flink-local ACTION --help`)
+_ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("fetch", "only download the job server's jars with Maven (`start` does this too)",
+     "Download the Beam Flink runner 2.62.0 and Flink 1.19.0 jars with Maven (about 150 MB; needs\n"
+     "`mvn`) and write the jar for --flink_job_server_jar; `start` does this too."),
+    ("start", "start Beam's job server in the background and print the Beam options to use",
+     "Start Beam's Flink job server (Flink master [local]: a MiniCluster in its JVM) on 127.0.0.1 in\n"
+     "the background, wait until it is ready, and print the Beam options to use."),
+    ("stop", "shut it down", "Shut the job server down."),
+    ("status", "print its options (exit status 1 if it is not running)",
+     "Print the options of the running job server (exit status 1 if none runs)."),
+)
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = _HELP
-    parser.add_argument("action", choices=("fetch", "start", "stop", "status"))
-    parser.add_argument("--runner", choices=("flink", "spark"), default="flink",
-                        help="which Beam runner's job server (default: %(default)s)")
-    parser.add_argument("--dir", metavar="DIR", default=None, help="base dir for logs, conf and state")
-    parser.add_argument("--port", type=int, default=0, help="job service port for start (default: a free one)")
-    parser.add_argument("--timeout", type=float, default=180.0,
-                        help="seconds to wait for readiness on start (default: %(default)s)")
+    parser.epilog = "`tfrecord-io flink-local ACTION --help` lists that action's flags.\n\n" + _NOTE
+    # `flink-local --runner spark fetch` (flags before the action) worked before the actions had
+    # parsers: still accepted, not shown; an action's own flag (default SUPPRESS) does not overwrite it
+    parser.add_argument("--runner", choices=("flink", "spark"), default="flink", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=ActionParser)
+    sub = {name: actions.add_parser(name, help=short, description=long,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_NOTE)
+           for name, short, long in _ACTIONS}
+    for name, parser_ in sub.items():
+        parser_.add_argument("--runner", choices=("flink", "spark"), default=argparse.SUPPRESS,
+                             help="which Beam runner's job server (default: flink)")
+        if name != "fetch":
+            parser_.add_argument("--dir", metavar="DIR", default=argparse.SUPPRESS,
+                                 help="base dir for logs, conf and state (default: see below)")
+    sub["start"].add_argument("--port", type=int, default=0, help="job service port (default: a free one)")
+    sub["start"].add_argument("--timeout", type=float, default=180.0,
+                              help="seconds to wait for readiness (default: %(default)s)")
 
 
 def _describe(h) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from tfrecord_io.commands import exits
+from tfrecord_io.commands.actions import ActionParser
 
 _NOTE = """\
 --dir defaults to ${TFRECORD_IO_CACHE:-~/.cache/tfrecord-io}/hdfs-local.  Needs Java 17+ and
@@ -41,24 +42,13 @@ _ACTIONS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-class _ActionParser(argparse.ArgumentParser):
-    """An action's parser: a flag the action does not take is an error with the action's usage
-    (argparse leaves it to the top parser, whose usage says nothing of the action's flags)."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "`tfrecord-io hdfs-local ACTION --help` lists that action's flags.\n\n" + _NOTE
     # `hdfs-local --dir D start` (--dir before the action) worked before the actions had parsers: still
     # accepted, not shown; an action's own --dir (default SUPPRESS) does not overwrite it
     parser.add_argument("--dir", metavar="DIR", default=None, help=argparse.SUPPRESS)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_ActionParser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=ActionParser)
     sub = {name: actions.add_parser(name, help=short, description=long,
                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                     epilog=_NOTE if name != "fetch" else None)
