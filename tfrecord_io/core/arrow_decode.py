@@ -9,7 +9,9 @@ layout every protobuf serializer writes, are decoded instead by
 entry for a key winning) and refuses what is not an Example.  So a record decodes here to
 exactly what ``decode_record`` gives, or fails as it does: the two readers cannot disagree, and
 the slow one only ever runs on the records the fast one cannot take.  Every feature of a record
-is checked, also those not asked for.
+is checked, also those not asked for (``features=``): their wire structure only, their values
+never read, so decoding costs a structural check per feature stored and a full parse per feature
+read (column pruning) -- and a record that is not a valid Example is refused whatever is asked.
 
 What TensorFlow's parser does differently (``tests/test_arrow_decode.py`` pins each case): it
 skips fields these messages do not have and garbage in features it is not asked for (we refuse
@@ -280,8 +282,9 @@ def decode_batch(records, schema: Schema, *, features: Sequence[str] | None = No
     fail = _Failures(origin or Origin())
     chosen = [schema.feature(name) for name in features] if features is not None else list(schema.input_features)
     wire = Wire(records)
-    scan = scan_wire(wire)
     sequence = {f.name for f in schema.sequence}
+    scan = scan_wire(wire, features=[f.name for f in chosen if f.name not in sequence],
+                     feature_lists=[f.name for f in chosen if f.name in sequence])
     columns = []
     rows_of = np.arange(scan.n)
     for f in chosen:

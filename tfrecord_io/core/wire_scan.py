@@ -39,12 +39,17 @@ its value first or a key twice, a feature twice in one record, a field these mes
 have, a truncated length, a key that is not UTF-8 -- is left out of the scan and marked
 (:attr:`Scan.odd`), for :func:`tfrecord_io.core.decode.decode_record` to decode, which applies
 protobuf's rules (merging, the last entry for a key winning) and refuses what is not an Example.
-Every feature of a record is checked.
+Every feature of a record is checked.  A reader that asks for some features only
+(:func:`scan_batch`'s ``features`` / ``feature_lists``: column pruning) gets the others checked
+by their wire structure alone -- tags, wire types, lengths within bounds, the kind field, packed
+lengths, a float payload a multiple of 4 bytes, every varint ended within 10 bytes -- the same
+checks, so the same records are odd, without their values being read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Collection
 
 import numpy as np
 import pyarrow as pa
@@ -115,18 +120,34 @@ class Wire:
         self.arrow = records.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
         self.raw = memoryview(self.arrow).cast("B")  # unsigned bytes (Arrow buffers export signed ones)
         self.buf = np.frombuffer(self.arrow, dtype=np.uint8)
-        # Unaligned 8- and 4-byte views: element i is the bytes at i..i+7 (i..i+3).
-        self._u64 = np.ndarray((len(self.buf) - 7,), "<u8", self.buf, 0, (1,))
-        self._u32 = np.ndarray((len(self.buf) - 3,), "<u4", self.buf, 0, (1,))
+        # Views of k raw bytes from every byte (element i: the bytes at i..i+k-1), made as needed:
+        # numpy gathers an element as one copy, so a row of several words costs about what one
+        # unaligned integer does.
+        self._views: dict[int, np.ndarray] = {}
 
     def record(self, i: int) -> bytes:
         return self.raw[self.starts[i]:self.ends[i]].tobytes()
 
+    def _bytes_at(self, pos: np.ndarray, size: int) -> np.ndarray:
+        view = self._views.get(size)
+        if view is None:
+            view = self._views[size] = np.ndarray((len(self.buf) - size + 1,), f"V{size}", self.buf, 0, (1,))
+        return view[pos]
+
     def u64(self, pos: np.ndarray) -> np.ndarray:
-        return self._u64[pos]
+        """The 8 bytes at each position as a little-endian uint64."""
+        return self._bytes_at(pos, 8).view("<u8")
 
     def u32(self, pos: np.ndarray) -> np.ndarray:
-        return self._u32[pos]
+        """The 4 bytes at each position as a little-endian uint32."""
+        return self._bytes_at(pos, 4).view("<u4")
+
+    def rows(self, pos: np.ndarray, size: int) -> np.ndarray:
+        """The ``size`` bytes at each position, a row each (one gather however wide); a position
+        past the buffer's end reads the last ``size`` bytes (lengths not yet checked)."""
+        if size > _PAD:
+            pos = np.minimum(pos, len(self.buf) - size)
+        return self._bytes_at(pos, size).view(np.uint8).reshape(len(pos), size)
 
     def clamp(self, pos: np.ndarray) -> np.ndarray:
         """Positions computed from lengths not yet checked, kept inside the buffer."""
@@ -330,14 +351,16 @@ class Values:
         return exclusive_cumsum(np.where(self.kind == kind, self.counts, 0))
 
 
-def _features(wire: Wire, vs: np.ndarray, ve: np.ndarray) -> Values:
-    """Parse ``Feature`` messages at [vs, ve), checking the canonical layout (module doc)."""
+def _layout(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None):
+    """The wire structure of ``Feature`` messages at [vs, ve) (m > 0 of them), checking the canonical
+    layout (module doc) down to the value payloads, not into them: (kind, simple, list start,
+    payload start, payload end, bad).  A simple Feature's payload is its packed numbers or its one
+    bytes value; a bytes_list that is not simple is walked from its list start.  ``head``: the
+    four bytes at each ``vs`` when the caller has them already (else they are gathered)."""
     m = len(vs)
-    if not m:
-        return Values(np.zeros(0, np.uint8), np.zeros(0, np.int64), _NO_FLOATS, _NO_INTS, _NO_BYTES,
-                      np.zeros(0, bool))
     width = ve - vs
-    head = wire.u32(vs)
+    if head is None:
+        head = wire.u32(vs)
     if (head == head[0]).all() and (width == width[0]).all():  # all alike (fixed-width values): once
         kind, simple = _simple(head[:1], width[:1])
         kind, simple = np.repeat(kind, m), np.repeat(simple, m)
@@ -357,13 +380,28 @@ def _features(wire: Wire, vs: np.ndarray, ve: np.ndarray) -> Values:
             ps[n], pe[n], b = _packed(wire, ls[n], le[numeric])
             bad[n] |= b
             kind[n[b]] = KIND_NONE
-    counts = np.zeros(m, dtype=np.int64)
-    floats, ints, data = _NO_FLOATS, _NO_INTS, _NO_BYTES
+    return kind, simple, ls, ps, pe, bad
+
+
+def _by_kind(kind: np.ndarray):
+    """(kind, slots) for each value kind the slots hold, slots None when every slot has that kind."""
     for k in (KIND_FLOAT, KIND_INT64, KIND_BYTES):
         of_kind = kind == k
-        if not of_kind.any():
-            continue
-        idx = None if of_kind.all() else np.flatnonzero(of_kind)
+        if of_kind.any():
+            yield k, None if of_kind.all() else np.flatnonzero(of_kind)
+
+
+def _features(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None = None) -> Values:
+    """Parse ``Feature`` messages at [vs, ve), checking the canonical layout (module doc); ``head``
+    as :func:`_layout` takes it."""
+    m = len(vs)
+    if not m:
+        return Values(np.zeros(0, np.uint8), np.zeros(0, np.int64), _NO_FLOATS, _NO_INTS, _NO_BYTES,
+                      np.zeros(0, bool))
+    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, head)
+    counts = np.zeros(m, dtype=np.int64)
+    floats, ints, data = _NO_FLOATS, _NO_INTS, _NO_BYTES
+    for k, idx in _by_kind(kind):
         s, e = (ps, pe) if idx is None else (ps[idx], pe[idx])
         if k == KIND_BYTES:
             c, data, b = _byte_values(wire, s, e, ls if idx is None else ls[idx],
@@ -380,6 +418,33 @@ def _features(wire: Wire, vs: np.ndarray, ve: np.ndarray) -> Values:
             counts[idx] = c
             bad[idx] |= b
     return Values(kind, counts, floats, ints, data, bad)
+
+
+def _features_bad(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None = None) -> np.ndarray:
+    """``_features(wire, vs, ve).bad`` without reading a value: the same checks of the wire
+    structure (the layout, a float payload a multiple of 4 bytes, every varint ended within 10
+    bytes, a bytes_list's values within it) -- for the features a reader does not ask for."""
+    m = len(vs)
+    if not m:
+        return np.zeros(0, dtype=bool)
+    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, head)
+    for k, idx in _by_kind(kind):
+        s, e = (ps, pe) if idx is None else (ps[idx], pe[idx])
+        if k == KIND_BYTES:  # a simple one holds one value, [s, e): nothing more to check
+            other = ~simple if idx is None else ~simple[idx]
+            if not other.any():
+                continue
+            b = np.zeros(len(s), dtype=bool)
+            b[other] = _walk(wire, (ls if idx is None else ls[idx])[other], e[other], 0x0A).bad
+        elif k == KIND_FLOAT:
+            b = (e - s) % 4 != 0
+        else:
+            b = _varints_bad(wire, s, e)
+        if idx is None:
+            bad |= b
+        else:
+            bad[idx] |= b
+    return bad
 
 
 def _simple(head: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -465,6 +530,35 @@ def _single_varints(wire: Wire, ps: np.ndarray, width: np.ndarray):
     return single.astype(np.int64), values[single].view(np.int64), np.zeros(len(ps), bool)
 
 
+def _varint_bounds(off: np.ndarray, data: np.ndarray, width: np.ndarray):
+    """The packed varints of payloads laid end to end (``data``, slot i at [off[i], off[i + 1]),
+    ``width`` bytes): (whether each byte ends a varint, each varint's first byte and size, bad
+    slots: the last varint not ended, or one longer than 10 bytes)."""
+    stop = data < 0x80
+    last = off[1:][width > 0] - 1
+    bad = np.zeros(len(width), dtype=bool)
+    bad[width > 0] = ~stop[last]
+    stop[last] = True  # a slot's values end with it, even when its last varint does not (a bad slot)
+    ends = np.flatnonzero(stop)
+    begins = np.concatenate([[0], ends[:-1] + 1])
+    sizes = ends - begins + 1
+    if (sizes > 10).any():  # a varint longer than 10 bytes: its slot is bad
+        bad[np.searchsorted(off[1:], begins[sizes > 10], side="right")] = True
+    return stop, begins, sizes, bad
+
+
+def _varints_bad(wire: Wire, ps: np.ndarray, pe: np.ndarray) -> np.ndarray:
+    """``_varints(wire, ps, pe)[2]`` without decoding a value: a payload's last byte ends a varint,
+    and in payloads over 10 bytes (only there can one be longer) no varint is longer than 10."""
+    width = pe - ps
+    bad = (width > 0) & (wire.buf[pe - 1] >= 0x80)
+    wide = np.flatnonzero(width > 10)
+    if wide.size:
+        off, data = binary_parts(_ranges(wire, ps[wide], pe[wide]))
+        bad[wide] |= _varint_bounds(off, data, width[wide])[3]
+    return bad
+
+
 def _varints(wire: Wire, ps: np.ndarray, pe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Packed varints at [ps, pe) per slot: (values per slot, the values as int64, bad slots)."""
     m = len(ps)
@@ -475,24 +569,13 @@ def _varints(wire: Wire, ps: np.ndarray, pe: np.ndarray) -> tuple[np.ndarray, np
         single = _single_varints(wire, ps, width)
         if single is not None:
             return single
-    joined = _ranges(wire, ps, pe)
-    off, data = binary_parts(joined)
+    off, data = binary_parts(_ranges(wire, ps, pe))
     if not data.size:
         return np.zeros(m, np.int64), np.empty(0, np.int64), np.zeros(m, bool)
-    data = np.concatenate([data, np.zeros(16, np.uint8)])
-    stop = data[:-16] < 0x80
-    last = off[1:][width > 0] - 1
-    bad = np.zeros(m, dtype=bool)
-    bad[width > 0] = ~stop[last]
-    stop[last] = True  # a slot's values end with it, even when its last varint does not (a bad slot)
-    ends = np.flatnonzero(stop)
+    stop, begins, sizes, bad = _varint_bounds(off, data, width)
     cum = exclusive_cumsum(stop)
     counts = cum[off[1:]] - cum[off[:-1]]
-    begins = np.concatenate([[0], ends[:-1] + 1])
-    sizes = ends - begins + 1
-    if (sizes > 10).any():  # a varint longer than 10 bytes: its slot is bad
-        slot_of = np.searchsorted(off[1:], begins[sizes > 10], side="right")
-        bad[slot_of] = True
+    data = np.concatenate([data, np.zeros(16, np.uint8)])
     u64 = np.ndarray((len(data) - 7,), "<u8", data, 0, (1,))
     w = u64[begins] & _BYTE_MASK[np.minimum(sizes, 8)]
     values = _pext7(w)
@@ -654,12 +737,13 @@ def _first_keys(raw: memoryview, pos: int, end: int) -> list[bytes] | None:
     return keys
 
 
-def _same_layout(wire: Wire, starts: np.ndarray, ends: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]] | None:
+def _same_layout(wire: Wire, starts: np.ndarray, ends: np.ndarray) -> list[tuple] | None:
     """The entries of ``map<string, Message>`` regions when every region holds the first region's
-    keys in the same order -- files from one writer usually do: (name, value start, value end) per
-    key, one entry per region each.  Entry k of every region is then checked to have key k (the
-    same header ``0A <key length> <key> 12``) and a value that ends it, and no region to hold more;
-    a few gathers per key instead of finding every key of every region.  None when the layout
+    keys in the same order -- files from one writer usually do: (name, value start, value end,
+    the values' first 4 bytes or None) per key, one entry per region each.  Entry k of every
+    region is then checked to have key k (the same header ``0A <key length> <key> 12``) and a
+    value that ends it, and no region to hold more; a gather or two per key instead of finding
+    every key of every region.  None when the layout
     differs anywhere (the general path, :func:`_map_entries`, then runs)."""
     if not len(starts):
         return None
@@ -681,25 +765,30 @@ def _same_layout(wire: Wire, starts: np.ndarray, ends: np.ndarray) -> list[tuple
 
 
 def _short_entries(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
-    """(value starts, entry ends) of entries at ``pos`` with key ``key`` when their lengths and
-    their values' are one byte each: the whole header ``0A <len> 0A <key length> <key> 12 <len>``
-    compared eight bytes at a time, the two lengths masked out and read from the same words."""
+    """(value starts, entry ends, value heads) of entries at ``pos`` with key ``key`` when their
+    lengths and their values' are one byte each: the whole header ``0A <len> 0A <key length> <key>
+    12 <len>`` gathered in one row per entry and compared eight bytes at a time, the two lengths
+    masked out and read from the same row.  The row runs 4 bytes past the header: the value's
+    first 4 bytes (a ``Feature``'s kind tag and lengths, :func:`_layout`) come with it."""
     kl = len(key)
-    header = b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00"
-    care = b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00"
+    size = -(-(10 + kl) // 8) * 8
+    header = (b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00").ljust(size, b"\x00")
+    care = (b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00").ljust(size, b"\x00")
+    row = wire.rows(pos, size)
+    words = row.view("<u8")
     ok = np.ones(len(pos), dtype=bool)
-    words = []
-    for at in range(0, len(header), 8):
-        w = wire.u64(pos + at if at + 8 <= _PAD else wire.clamp(pos + at))
-        mask = _U(int.from_bytes(care[at:at + 8], "little"))
-        ok &= (w & mask) == (_U(int.from_bytes(header[at:at + 8], "little")) & mask)
-        words.append(w)
-    length = (words[0] >> _U(8)) & _U(0xFF)
-    vl = (words[(5 + kl) // 8] >> _U(8 * ((5 + kl) % 8))) & _U(0xFF)
-    be = pos + 2 + length.astype(np.int64)
-    vs = pos + 6 + kl
-    ok &= (length < 0x80) & (vl < 0x80) & (vs + vl.astype(np.int64) == be) & (be <= ends)
-    return (vs, be) if ok.all() else None
+    for j, (mask, want) in enumerate(zip(np.frombuffer(care, "<u8"), np.frombuffer(header, "<u8"))):
+        ok &= (words[:, j] & mask) == want & mask  # column by column: numpy reduces short rows slowly
+    length, vl = row[:, 1].astype(np.int64), row[:, 5 + kl].astype(np.int64)
+    be = pos + 2 + length
+    ok &= (length < 0x80) & (vl < 0x80) & (length == vl + 4 + kl) & (be <= ends)
+    if not ok.all():
+        return None
+    at, shift = divmod(6 + kl, 8)  # the head: bytes 6 + kl .. 9 + kl, in one word or across two
+    head = words[:, at] >> _U(8 * shift)
+    if shift > 4:
+        head |= words[:, at + 1] << _U(64 - 8 * shift)
+    return pos + 6 + kl, be, head.astype(np.uint32)
 
 
 def _entries_of(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
@@ -715,18 +804,19 @@ def _entries_of(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
         return None
     vl, vsize = wire.varint(bs + 3 + kl)
     vs = bs + 3 + kl + vsize
-    return (vs, be) if ((vsize > 0) & (vs + vl == be)).all() else None
+    return (vs, be, None) if ((vsize > 0) & (vs + vl == be)).all() else None
 
 
 def _entries_by_key(wire: Wire, starts: np.ndarray, ends: np.ndarray):
     """The entries of ``map<string, Message>`` regions by key: ([(name, regions, value starts, value
-    ends)], bad regions); ``regions`` (ascending) is None when every region has the key."""
+    ends, the values' first 4 bytes or None)], bad regions); ``regions`` (ascending) is None when
+    every region has the key."""
     same = _same_layout(wire, starts, ends)
     if same is not None:
-        return [(name, None, vs, ve) for name, vs, ve in same], np.zeros(len(starts), dtype=bool)
+        return [(name, None, *found) for name, *found in same], np.zeros(len(starts), dtype=bool)
     keys = _Keys()
     entries = _map_entries(wire, keys, starts, ends)
-    groups = [(name, entries.owner[i], entries.vs[i], entries.ve[i]) for name, i in _by_key(entries, keys)]
+    groups = [(name, entries.owner[i], entries.vs[i], entries.ve[i], None) for name, i in _by_key(entries, keys)]
     return groups, entries.bad
 
 
@@ -753,7 +843,8 @@ class Scan:
     """What a batch of records holds (:func:`scan_batch`).
 
     ``odd``: the records the fast path leaves to :func:`tfrecord_io.core.decode.decode_record`
-    (module doc): nothing of them is in ``features`` / ``feature_lists``.  ``has_lists``: records
+    (module doc): nothing of them is in ``features`` / ``feature_lists``, which hold the features
+    (feature lists) the scan was asked to read, every one by default.  ``has_lists``: records
     with a ``feature_lists`` field (SequenceExamples).
     """
 
@@ -803,51 +894,65 @@ def _twice(owners: np.ndarray) -> np.ndarray:
     return owners[d]
 
 
-def scan_batch(records) -> Scan:
-    """Everything a batch of serialized records holds, every key and kind, vectorized (module doc).
+def scan_batch(records, features: Collection[str] | None = None,
+               feature_lists: Collection[str] | None = None) -> Scan:
+    """What a batch of serialized records holds, every key and kind, vectorized (module doc).
 
-    ``records``: a binary / large_binary Arrow array or a sequence of ``bytes``.
+    ``records``: a binary / large_binary Arrow array or a sequence of ``bytes``.  ``features`` /
+    ``feature_lists``: the names whose values the scan reads (default: every one).  The others are
+    checked all the same, their wire structure as strictly as values are read (a record that is
+    not a valid Example is odd whatever is asked), but their values are never read, and they are
+    not in :attr:`Scan.features` / :attr:`Scan.feature_lists`: what a reader does not ask for
+    costs it a structural check only.
     """
-    return scan_wire(Wire(records))
+    return scan_wire(Wire(records), features, feature_lists)
 
 
-def scan_wire(wire: Wire) -> Scan:
+def scan_wire(wire: Wire, features: Collection[str] | None = None,
+              feature_lists: Collection[str] | None = None) -> Scan:
     """:func:`scan_batch` of the records already in a :class:`Wire` (for a reader that goes back to
     the bytes of the records the scan leaves out)."""
+    features = None if features is None else frozenset(features)
+    feature_lists = None if feature_lists is None else frozenset(feature_lists)
     ctx_s, ctx_e, lists_s, lists_e, has_lists, odd = _record_regions(wire)
     everyone = np.arange(wire.n)
-    features: dict[str, tuple[np.ndarray, Values]] = {}
+    found: dict[str, tuple[np.ndarray, Values]] = {}
     groups, bad = _entries_by_key(wire, ctx_s, ctx_e)
     odd |= bad
-    for name, owners, vs, ve in groups:
+    for name, owners, vs, ve, head in groups:
         owners = everyone if owners is None else owners
-        values = _features(wire, vs, ve)
-        odd[owners[values.bad]] = True
+        if features is None or name in features:
+            values = _features(wire, vs, ve, head)
+            found[name] = (owners, values)
+            odd[owners[values.bad]] = True
+        else:
+            odd[owners[_features_bad(wire, vs, ve, head)]] = True
         odd[_twice(owners)] = True  # a key twice: the last entry wins (slow path)
-        features[name] = (owners, values)
     lists: dict[str, tuple[np.ndarray, np.ndarray, Values]] = {}
     if has_lists.any():
         with_lists = np.flatnonzero(has_lists)
         groups, bad = _entries_by_key(wire, lists_s[with_lists], lists_e[with_lists])
         odd[with_lists[bad]] = True
-        for name, owners, vs, ve in groups:
+        for name, owners, vs, ve, _ in groups:
             owners = with_lists if owners is None else with_lists[owners]
             steps = _walk(wire, vs, ve, 0x0A)
-            values = _features(wire, steps.start, steps.end)
             odd[owners[steps.bad]] = True
-            odd[owners[steps.owner[values.bad]]] = True
+            if feature_lists is None or name in feature_lists:
+                values = _features(wire, steps.start, steps.end)
+                lists[name] = (owners, steps.counts, values)
+                odd[owners[steps.owner[values.bad]]] = True
+            else:
+                odd[owners[steps.owner[_features_bad(wire, steps.start, steps.end)]]] = True
             odd[_twice(owners)] = True
-            lists[name] = (owners, steps.counts, values)
     if odd.any():
-        keep = {name: ~odd[owners] for name, (owners, _) in features.items()}
-        features = {name: (owners[keep[name]], values.select(keep[name]))
-                    for name, (owners, values) in features.items()}
+        keep = {name: ~odd[owners] for name, (owners, _) in found.items()}
+        found = {name: (owners[keep[name]], values.select(keep[name])) for name, (owners, values) in found.items()}
         kept_lists = {}
         for name, (owners, steps, values) in lists.items():
             k = ~odd[owners]
             kept_lists[name] = (owners[k], steps[k], values.select(np.repeat(k, steps)))
         lists = kept_lists
-    return Scan(wire.n, odd, has_lists & ~odd, {n: ScannedFeature(*v) for n, v in features.items()},
+    return Scan(wire.n, odd, has_lists & ~odd, {n: ScannedFeature(*v) for n, v in found.items()},
                 {n: ScannedList(*v) for n, v in lists.items()})
 
 
