@@ -19,9 +19,11 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from record_strategies import (
-    ANY_NAMES, I64_MAX, I64_MIN, batch_of, schema_and_rows, schema_of, sequence_batch, sequence_schema_and_groups,
+    ANY_NAMES, I64_MAX, I64_MIN, TYPES, batch_of, damaged, feature_messages, ld, schema_and_rows, schema_of,
+    sequence_batch, sequence_schema_and_groups, varint,
 )
 from tfrecord_io.core import wire_scan
 from tfrecord_io.core.arrow_decode import Origin, column_type, decode_batch
@@ -112,22 +114,6 @@ def as_tf_reads(f: Feature, column: list, steps: bool = False) -> list:
     if steps:
         return [[] if v is None else [one(s) for s in v] for v in column]
     return [one(v) for v in column]
-
-
-def varint(n: int) -> bytes:
-    n &= 2**64 - 1
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def ld(tag: int, payload: bytes) -> bytes:
-    return bytes([tag]) + varint(len(payload)) + payload
 
 
 def entry(name: bytes, feature: bytes) -> bytes:
@@ -447,6 +433,187 @@ def test_float_bits_survive_nan_payloads():
     column = decode_batch(records, schema_of(Feature("x", "float"))).column("x")
     assert np.frombuffer(column.buffers()[1], np.uint32).tolist() == payloads
     assert math.isnan(column[0].as_py())
+
+
+# ---------------------------------------------------------------------------------------
+# Column pruning: the features not asked for are checked (their wire structure), not read
+# ---------------------------------------------------------------------------------------
+GOOD_Y = {"float": floats(1.0, 2.0), "int64": ints(1, 300), "bytes": strings(b"ab")}
+LONG_INTS = b"\x01" * 200  # a list past the one-byte lengths: the Feature is walked, not known from its head
+#: Features that are not a valid ``tf.train.Feature``, one per way the wire structure can be wrong.
+BAD_FEATURES = [
+    ("float", ld(0x22, ld(0x0A, struct.pack("<f", 1.0))), "kind-field-4"),
+    ("int64", b"\x18\x01", "kind-as-varint"),
+    ("float", b"\xff\xff\xff", "garbage"),
+    ("float", b"\x12\x09" + ld(0x0A, struct.pack("<f", 1.0)), "list-overruns"),
+    ("int64", b"\x1a\x80", "list-length-cut"),
+    ("float", ld(0x12, ld(0x0A, bytes(5))), "float-5-bytes"),
+    ("float", ld(0x12, ld(0x0A, bytes(201))), "float-201-bytes"),
+    ("float", ld(0x12, ld(0x0A, struct.pack("<f", 1.0)) + b"\x10\x01"), "float-list-field-2"),
+    ("float", ld(0x12, b"\x0a\x08" + struct.pack("<f", 1.0)), "float-packed-overruns"),
+    ("float", ld(0x12, b"\x0b"), "float-list-group"),
+    ("int64", ld(0x1A, ld(0x0A, b"\x81")), "int-varint-cut"),
+    ("int64", ld(0x1A, ld(0x0A, b"\xff" * 10 + b"\x01")), "int-11-byte-varint"),
+    ("int64", ld(0x1A, ld(0x0A, b"\x01" * 40 + b"\xff" * 10 + b"\x01" + b"\x01" * 40)), "int-11-byte-varint-in-list"),
+    ("int64", ld(0x1A, ld(0x0A, LONG_INTS + b"\xff" * 12 + b"\x01")), "int-11-byte-varint-long-list"),
+    ("int64", ld(0x1A, ld(0x0A, LONG_INTS + b"\x81")), "int-varint-cut-long-list"),
+    ("int64", ld(0x1A, ld(0x12, b"\x01")), "int-list-field-2"),
+    ("int64", ld(0x1A, b"\x0a\x05\x01"), "int-packed-overruns"),
+    ("bytes", ld(0x0A, b"\x12\x01a"), "bytes-list-field-2"),
+    ("bytes", ld(0x0A, b"\x0a\x05ab"), "bytes-value-overruns"),
+    ("bytes", ld(0x0A, ld(0x0A, b"ab") + b"\x0a\x09cd"), "bytes-second-value-overruns"),
+    ("bytes", ld(0x0A, ld(0x0A, b"x" * 200) + b"\xff"), "bytes-long-list-garbage"),
+    ("bytes", ld(0x0A, b"\x0a\xff"), "bytes-value-length-cut"),
+]
+#: Map entries of ``Features`` that are not valid.
+BAD_ENTRIES = [
+    ("float", ld(0x0A, ld(0x1A, b"y") + ld(0x12, floats(1.0))), "entry-field-3"),
+    ("float", ld(0x0A, ld(0x0A, b"y") + b"\x10\x01"), "entry-value-as-varint"),
+    ("float", b"\x0a\x30" + ld(0x0A, b"y") + ld(0x12, floats(1.0)), "entry-overruns"),
+    ("float", ld(0x0A, ld(0x0A, b"y") + b"\x12\x20" + floats(1.0)), "entry-value-overruns"),
+    ("float", entry(b"\xff", floats(1.0)), "entry-key-not-utf8"),
+]
+DAMAGED = [(t, entry(b"y", f), name) for t, f, name in BAD_FEATURES] + BAD_ENTRIES
+
+
+def scanned(found) -> tuple:
+    """A feature (or feature list) of a scan as plain values, floats as their bits."""
+    v = found.values
+    return (found.records.tolist(), getattr(found, "steps", np.empty(0)).tolist(), v.kind.tolist(), v.counts.tolist(),
+            v.floats.view(np.uint32).tolist(), v.ints.tolist(), v.data.to_pylist())
+
+
+def assert_pruned_read_is_the_full_read(records: list[bytes], schema: Schema, asked: list[str]) -> None:
+    """Reading ``asked`` only gives what reading every feature gives, restricted to ``asked``: the same
+    odd records and values in the scan; the same columns, or the same refusal of a record that is not
+    an Example.  (A full read that fails on a feature's kind or UTF-8 may fail where the pruned
+    read, not asked for that feature, does not.)"""
+    sequence = {f.name for f in schema.sequence}
+    full_scan = scan_batch(records)
+    pruned_scan = scan_batch(records, features=[n for n in asked if n not in sequence],
+                             feature_lists=[n for n in asked if n in sequence])
+    assert pruned_scan.odd.tolist() == full_scan.odd.tolist()
+    assert pruned_scan.has_lists.tolist() == full_scan.has_lists.tolist()
+    for n in asked:
+        group, full_group = ((pruned_scan.feature_lists, full_scan.feature_lists) if n in sequence
+                             else (pruned_scan.features, full_scan.features))
+        assert (n in group) == (n in full_group), n
+        if n in group:
+            assert scanned(group[n]) == scanned(full_group[n]), n
+    origin = Origin("part-5.tfrecord", first=7, offsets=np.arange(len(records)) * 100)
+    try:
+        full = decoded(records, schema, origin=origin)
+    except RecordDecodeError as e:
+        with pytest.raises(RecordDecodeError) as pruned:
+            decode_batch(records, schema, features=asked, origin=origin)
+        assert str(pruned.value) == str(e)
+        return
+    except ValueError:
+        return
+    assert decoded(records, schema, features=asked, origin=origin) == {n: full[n] for n in asked}
+
+
+@pytest.mark.parametrize("layout", ["same", "mixed"])
+@pytest.mark.parametrize("y_type, bad", [(t, b) for t, b, _ in DAMAGED], ids=[name for _, _, name in DAMAGED])
+def test_a_record_damaged_in_a_feature_not_asked_for_is_refused_as_the_full_read_refuses_it(y_type, bad, layout):
+    schema = schema_of(Feature("x", "float"), Feature("y", y_type, shape=(-1,)))
+    good = [[entry(b"x", floats(i / 4)), entry(b"y", GOOD_Y[y_type])] for i in range(6)]
+    if layout == "mixed":  # keys in other orders: the general path finds the entries
+        for g in good[::2]:
+            g.reverse()
+    records = [example(*g) for g in good]
+    records.insert(3, example(entry(b"x", floats(9.0)), bad))
+    with pytest.raises(RecordDecodeError):
+        decode_record(records[3])  # not an Example: protobuf refuses it
+    origin = Origin("part-3.tfrecord", first=100, offsets=[40 * i for i in range(7)])
+    with pytest.raises(RecordDecodeError) as full:
+        decode_batch(records, schema, origin=origin)
+    with pytest.raises(RecordDecodeError) as pruned:
+        decode_batch(records, schema, features=["x"], origin=origin)
+    assert str(pruned.value) == str(full.value)
+    assert str(full.value).startswith("part-3.tfrecord: record 103 at byte offset 120: ")
+    assert scan_batch(records, features=["x"]).odd.tolist() == scan_batch(records).odd.tolist() == [False] * 3 + [
+        True] + [False] * 3
+    assert decoded(records[:3] + records[4:], schema, features=["x"])["x"] == [bits(i / 4) for i in range(6)]
+
+
+@pytest.mark.parametrize("bad", [f for _, f, _ in BAD_FEATURES] + [b"\x12\x00"],
+                         ids=[name for _, _, name in BAD_FEATURES] + ["step-field-2"])
+def test_a_sequence_damaged_in_a_feature_list_not_asked_for_is_refused_as_the_full_read_refuses_it(bad):
+    schema = Schema(record_type="sequence_example", context=(Feature("x", "float"),),
+                    sequence=(Feature("s", "float", shape=(-1,)),))
+
+    def sequence(x: float, steps: bytes) -> bytes:
+        return ld(0x0A, entry(b"x", floats(x))) + ld(0x12, ld(0x0A, ld(0x0A, b"s") + ld(0x12, steps)))
+
+    good = ld(0x0A, floats(1.0)) * 2
+    steps = good + (bad if bad == b"\x12\x00" else ld(0x0A, bad))
+    records = [sequence(0.5, good), sequence(1.5, steps), sequence(2.5, good)]
+    with pytest.raises(RecordDecodeError):
+        decode_record(records[1])
+    origin = Origin("seq.tfrecord", offsets=[0, 50, 150])
+    with pytest.raises(RecordDecodeError, match=r"^seq\.tfrecord: record 1 at byte offset 50: ") as full:
+        decode_batch(records, schema, origin=origin)
+    for read in (schema, schema_of(Feature("x", "float"))):  # x of the context, or of an Example schema
+        with pytest.raises(RecordDecodeError) as pruned:
+            decode_batch(records, read, features=["x"], origin=origin)
+        assert str(pruned.value) == str(full.value)
+    assert scan_batch(records, features=["x"], feature_lists=[]).odd.tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("y", [
+    entry(b"y", ld(0x12, b"\x0d" + struct.pack("<f", 2.5) + b"\x0d" + struct.pack("<f", 3.5))),  # unpacked
+    entry(b"y", ld(0x1A, b"\x08\x05\x08\x07")),                                   # unpacked int64s
+    entry(b"y", floats(1.5) + ints(3)),                                            # a Feature with two lists
+    entry(b"y", floats(1.5)) + entry(b"y", strings(b"q")),                         # y twice
+    ld(0x0A, ld(0x12, floats(1.5)) + ld(0x0A, b"y")),                               # value before key
+    entry(b"y", b""), entry(b"y", ld(0x12, b"")),                                  # no kind, an empty list
+    ld(0x0A, ld(0x0A, b"y") + b"\x12\x80\x00"),                                     # a 2-byte length of 0
+    entry(b"y", ld(0x1A, ld(0x0A, b"\xff" * 9 + b"\x01" + LONG_INTS))),             # 10-byte varints, long
+], ids=["unpacked-floats", "unpacked-ints", "two-lists", "key-twice", "value-first", "no-kind", "empty-list",
+        "long-length", "long-int-list"])
+def test_what_protobuf_accepts_in_a_feature_not_asked_for_leaves_the_asked_ones_as_the_full_read_gives_them(y):
+    schema = schema_of(Feature("x", "float"), Feature("y", "float", shape=(-1,)))
+    records = [example(entry(b"x", floats(0.25)), entry(b"y", floats(1.0)))] * 3
+    records.append(example(entry(b"x", floats(0.5)), y))
+    decode_record(records[3])  # protobuf reads it
+    assert_pruned_read_is_the_full_read(records, schema, ["x"])
+    assert decoded(records, schema, features=["x"])["x"] == [bits(0.25)] * 3 + [bits(0.5)]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(feature_messages(), st.booleans()), min_size=1, max_size=8), TYPES)
+def test_a_pruned_read_refuses_the_random_features_not_asked_for_that_the_full_read_refuses(ys, y_type):
+    schema = schema_of(Feature("x", "float"), Feature("y", y_type, shape=(-1,)))
+    records = []
+    for i, (y, y_first) in enumerate(ys):
+        entries = [entry(b"x", floats(i / 2)), entry(b"y", y)]
+        records.append(example(*(entries[::-1] if y_first else entries)))
+    assert_pruned_read_is_the_full_read(records, schema, ["x"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema_and_rows(max_rows=12), st.data())
+def test_a_pruned_read_of_random_records_is_the_full_read_restricted(data, draw):
+    schema, rows = data
+    records = encode_examples(batch_of(schema, rows), schema).to_pylist()
+    records = draw.draw(damaged(records))
+    names = [f.name for f in schema.features]
+    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+    assert_pruned_read_is_the_full_read(records, schema, asked)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sequence_schema_and_groups(), st.data())
+def test_a_pruned_read_of_random_sequences_is_the_full_read_restricted(data, draw):
+    schema, groups = data
+    batch = sequence_batch(schema, groups)
+    keep = [e is None for e in row_errors(batch, schema)]
+    records = encode_sequence_examples(batch.filter(pa.array(keep, pa.bool_())), schema).to_pylist()
+    records = draw.draw(damaged(records))
+    names = [f.name for f in schema.input_features]
+    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+    assert_pruned_read_is_the_full_read(records, schema, asked)
 
 
 # ---------------------------------------------------------------------------------------

@@ -274,7 +274,8 @@ def decode_batch(records, schema: Schema, *, features: Sequence[str] | None = No
 
     ``records``: a binary / large_binary Arrow array or a sequence of ``bytes``, read as the schema's
     ``record_type`` (a SequenceExample's ``feature_lists`` are ignored for an example schema).
-    ``features``: the columns, in order (default: every feature of the schema).  Types:
+    ``features``: the columns, in order (default: every feature of the schema); the other features
+    of the records are checked by their wire structure only, their values never read.  Types:
     :func:`column_type`.  ``origin`` names the records in errors: a record that is not a valid
     Example / SequenceExample raises :class:`~tfrecord_io.core.decode.RecordDecodeError`, a feature
     of another kind than the schema's or a ``string`` that is not UTF-8 a ValueError.
