@@ -772,18 +772,17 @@ def _short_entries(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
     first 4 bytes (a ``Feature``'s kind tag and lengths, :func:`_layout`) come with it."""
     kl = len(key)
     size = -(-(10 + kl) // 8) * 8
-    header = (b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00").ljust(size, b"\x00")
+    header = (b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00").ljust(size, b"\x00")  # its lengths 0: masked
     care = (b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00").ljust(size, b"\x00")
     row = wire.rows(pos, size)
     words = row.view("<u8")
-    ok = np.ones(len(pos), dtype=bool)
     for j, (mask, want) in enumerate(zip(np.frombuffer(care, "<u8"), np.frombuffer(header, "<u8"))):
-        ok &= (words[:, j] & mask) == want & mask  # column by column: numpy reduces short rows slowly
-    length, vl = row[:, 1].astype(np.int64), row[:, 5 + kl].astype(np.int64)
+        if ((words[:, j] & mask) != want).any():  # column by column: numpy is slow over short rows
+            return None
+    length = row[:, 1].astype(np.int64)
     be = pos + 2 + length
-    ok &= (length < 0x80) & (vl < 0x80) & (length == vl + 4 + kl) & (be <= ends)
-    if not ok.all():
-        return None
+    if length.max() >= 0x80 or (length - row[:, 5 + kl] != 4 + kl).any() or (be > ends).any():
+        return None  # (a value length under 0x80 follows from these two)
     at, shift = divmod(6 + kl, 8)  # the head: bytes 6 + kl .. 9 + kl, in one word or across two
     head = words[:, at] >> _U(8 * shift)
     if shift > 4:
@@ -920,14 +919,18 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
     groups, bad = _entries_by_key(wire, ctx_s, ctx_e)
     odd |= bad
     for name, owners, vs, ve, head in groups:
-        owners = everyone if owners is None else owners
+        if owners is None:  # every record has the key once
+            owners = everyone
+        else:
+            odd[_twice(owners)] = True  # a key twice: the last entry wins (slow path)
         if features is None or name in features:
             values = _features(wire, vs, ve, head)
             found[name] = (owners, values)
-            odd[owners[values.bad]] = True
+            bad = values.bad
         else:
-            odd[owners[_features_bad(wire, vs, ve, head)]] = True
-        odd[_twice(owners)] = True  # a key twice: the last entry wins (slow path)
+            bad = _features_bad(wire, vs, ve, head)
+        if bad.any():
+            odd[owners[bad]] = True
     lists: dict[str, tuple[np.ndarray, np.ndarray, Values]] = {}
     if has_lists.any():
         with_lists = np.flatnonzero(has_lists)
