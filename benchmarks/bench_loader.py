@@ -328,6 +328,45 @@ def run_probe(files: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
+# Cold start: the first pipeline of a fresh process (what a training script pays)
+# ---------------------------------------------------------------------------------------
+def cold_probe(who: str, out: str, batch_size: int) -> dict:
+    """Seconds from the build to the first batch of the first pipeline of this process (TF imported
+    first: its import is the same for both)."""
+    import tensorflow as tf
+
+    from tfrecord_io.commands.demo_train import taxi_schema
+    from tfrecord_io.engines.loader import make_dataset, parse_spec
+
+    def hand():
+        spec = parse_spec(taxi_schema())
+        shard = next(str(p) for p in Path(out).glob("part-*"))
+        return (tf.data.TFRecordDataset(shard).batch(batch_size)
+                .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=tf.data.AUTOTUNE)
+                .prefetch(tf.data.AUTOTUNE))
+
+    make = hand if who == "hand-tuned" else (lambda: make_dataset(out, batch_size=batch_size, shuffle=False))
+    built, first, _, _ = first_batch(make)
+    return {"built": built, "first": first}
+
+
+def cold_runs(out: str, batch_size: int, repeats: int) -> dict[str, list[dict]]:
+    """``repeats`` fresh processes for each pipeline, alternating."""
+    results: dict[str, list[dict]] = {}
+    for r in range(repeats):
+        for who in ("hand-tuned", "ours"):
+            cmd = [sys.executable, __file__, "--cold-probe", json.dumps([who, out, batch_size])]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                raise RuntimeError(f"cold-start probe failed:\n{proc.stderr[-3000:]}")
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.setdefault(who, []).append(got)
+            print(f"  cold start, {who} (process {r + 1}): built in {got['built']:.3f}s, first batch at "
+                  f"{got['first']:.3f}s", flush=True)
+    return results
+
+
+# ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
@@ -341,10 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", help="where to write the data (default: a temporary directory, removed)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--rss-probe", help=argparse.SUPPRESS)
+    ap.add_argument("--cold-probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.rss_probe:
         print(json.dumps(rss_probe(json.loads(args.rss_probe))))
+        return 0
+    if args.cold_probe:
+        print(json.dumps(cold_probe(*json.loads(args.cold_probe))))
         return 0
     if args.shards < 4:
         ap.error("--shards must be at least 4 (the memory probe reads a quarter of them)")
@@ -437,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           "wb") as dst:
                         dst.write(src.read())
         firsts = first_batch_runs(one, one_hdfs, args.batch_size, args.repeats, str(work / "cache"))
+        print("  cold start (a fresh process per run) ...", flush=True)
+        colds = cold_runs(one["none"], args.batch_size, args.repeats)
 
         print("  memory probes (a fresh process per size) ...", flush=True)
         probes["local"] = (run_probe(tfrecords[: args.shards // 4]), run_probe(tfrecords))
@@ -536,6 +581,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name}{' (hand-tuned: its local copy)' if name.startswith('HDFS') else ''} | "
               + " | ".join(f"{x:.3f}" for x in med["hand"]) + " | " + " | ".join(f"{x:.3f}" for x in med["ours"])
               + f" | {speed:.2f}x | {later:.2f}x |")
+    print()
+    print(f"| cold start: the first pipeline of a fresh process, one file of {args.first_batch_rows:,} rows, "
+          f"median of {args.repeats} processes | built | first batch | first batch, ours / hand-tuned |")
+    print("| --- | ---: | ---: | ---: |")
+    cold_hand = float(np.median([c["first"] for c in colds["hand-tuned"]]))
+    for who in ("hand-tuned", "ours"):
+        built = float(np.median([c["built"] for c in colds[who]]))
+        first = float(np.median([c["first"] for c in colds[who]]))
+        print(f"| {who} | {built:.3f} | {first:.3f} | {first / cold_hand:.2f}x |")
     if tmp is not None:
         tmp.cleanup()
     return 1 if (missed and args.strict) else 0

@@ -14,8 +14,9 @@ from tfrecord_io.engines.loader.checks import _RangeGuard, _SegmentChecker
 from tfrecord_io.engines.loader.files import _FileTable
 from tfrecord_io.storage.fs import local_path
 from tfrecord_io.engines.loader.offsets import _RecordReader, _Staged
-from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, READ_CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
-    GLOBAL_READ_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION, _usable_cpus)
+from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
+    GLOBAL_READ_RECORDS, READ_CHUNK_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION,
+    _usable_cpus)
 from tfrecord_io.engines.loader.plan import _EpochPlan, _Share
 from tfrecord_io.engines.loader.state import LoaderStats
 
@@ -117,20 +118,21 @@ class _Reader:
                                            tf.int64, stateful=True)
                 return (tf.reshape(wanted, []), *rest)
 
-            segments = segments.map(want)
+            segments = segments.map(tf.autograph.experimental.do_not_convert(want))
 
         if self.cache is not None:
             def segment(pos, i, first, count, whole):
                 # Made as this element is first read, not when the interleave makes it (one at a
                 # time): the wait for a shard's download holds up this file only.
                 return tf.data.Dataset.from_tensors((pos, i, first, count, whole)).flat_map(
-                    lambda *args: self._segment(pass_id, *args))
+                    tf.autograph.experimental.do_not_convert(lambda *args: self._segment(pass_id, *args)))
             parallel = self.cycle
         else:
             def segment(pos, i, first, count, whole):
                 return self._segment(pass_id, pos, i, first, count, whole)
             parallel = tf.data.AUTOTUNE
-        return segments.interleave(segment, cycle_length=self.cycle, block_length=1, num_parallel_calls=parallel,
+        return segments.interleave(tf.autograph.experimental.do_not_convert(segment), cycle_length=self.cycle,
+                                   block_length=1, num_parallel_calls=parallel,
                                    deterministic=self.opts.is_deterministic)
 
     def _segment(self, pass_id, pos, i, first, count, whole):
@@ -194,8 +196,9 @@ class _Reader:
         # Checked in chunks of READ_CHUNK_RECORDS (the check's Python call then costs once per
         # 8,192 records), handed to the interleave in chunks of CHUNK_RECORDS (rebatch: a copy,
         # no function), so that files still alternate every 1,024 records.
-        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records)).flat_map(read_range)
-                .scan((zero, zero, zero, tf.constant(False), zero), check)
+        plain = tf.autograph.experimental.do_not_convert  # (see make_dataset)
+        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records)).flat_map(plain(read_range))
+                .scan((zero, zero, zero, tf.constant(False), zero), plain(check))
                 .rebatch(CHUNK_RECORDS))
 
 
@@ -217,7 +220,8 @@ def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
         return tf.random.experimental.stateless_shuffle(window, seed=tf.random.experimental.stateless_fold_in(base, w))
 
     return chunks.rebatch(opts.shuffle_buffer).enumerate().map(
-        permute, num_parallel_calls=tf.data.AUTOTUNE, deterministic=opts.is_deterministic)
+        tf.autograph.experimental.do_not_convert(permute), num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=opts.is_deterministic)
 
 
 def _global_epoch(reader: _RecordReader, share: _Share, key, epoch, skip_records, opts: LoaderOptions):
@@ -235,7 +239,8 @@ def _global_epoch(reader: _RecordReader, share: _Share, key, epoch, skip_records
         out.set_shape([None])
         return out
 
-    return positions.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return positions.map(tf.autograph.experimental.do_not_convert(read), num_parallel_calls=tf.data.AUTOTUNE,
+                         deterministic=True)
 
 
 def _declare_length(ds, per_epoch: int | None, num_epochs: int | None):
