@@ -172,6 +172,32 @@ def test_a_missing_feature_without_default_names_file_and_record(tmp_path):
     assert [b["id"].tolist() for b in read_batches(path, batch_size=2, schema=schema, features=["id"])] == [[0, 1], [2]]
 
 
+def test_features_still_refuse_a_record_damaged_in_a_feature_not_read(tmp_path):
+    from record_strategies import ld, varint
+
+    from tfrecord_io.core.decode import RecordDecodeError
+
+    def record(i: int, x: bytes) -> bytes:
+        entries = [(b"id", ld(0x1A, ld(0x0A, varint(i)))), (b"x", x)]
+        return ld(0x0A, b"".join(ld(0x0A, ld(0x0A, k) + ld(0x12, f)) for k, f in entries))
+
+    schema = Schema.from_dict({"features": [{"name": "id", "type": "int64"}, {"name": "x", "type": "float"}]})
+    records = [record(i, ld(0x12, ld(0x0A, struct.pack("<f", i)))) for i in range(6)]
+    records[4] = record(4, ld(0x12, ld(0x0A, bytes(5))))  # 5 bytes of packed floats
+    path = str(tmp_path / "f.tfrecord")
+    with TFRecordWriter(path) as w:
+        w.write_batch(records)
+    offset = sum(len(r) + 16 for r in records[:4])
+    for features in (None, ["id"]):
+        with pytest.raises(RecordDecodeError, match=rf"f\.tfrecord: record 4 at byte offset {offset}: not a valid"):
+            list(read_batches(path, batch_size=3, schema=schema, features=features))
+    del records[4]
+    with TFRecordWriter(path) as w:
+        w.write_batch(records)
+    assert [b["id"].tolist() for b in read_batches(path, batch_size=3, schema=schema, features=["id"])] == [
+        [0, 1, 2], [3, 5]]
+
+
 def test_corrupt_files_fail_naming_the_offset_or_are_skipped(tmp_path):
     base = write(str(tmp_path / "c"), [(0, 100)])
     (shard,) = [p for p in Path(base).iterdir() if p.name.startswith("part-")]

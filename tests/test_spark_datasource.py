@@ -195,6 +195,30 @@ def test_option_features_reads_and_decodes_only_those_columns(tfspark, tmp_path)
         tfspark.read.format("tfrecord").option("features", "cty").load(out).schema
 
 
+def test_option_features_still_refuses_a_record_damaged_in_a_feature_it_does_not_read(tfspark, tmp_path):
+    from record_strategies import ld, varint
+
+    from tfrecord_io.core.framing import TFRecordWriter
+
+    def record(i: int, city: bytes) -> bytes:
+        entries = [(b"id", ld(0x1A, ld(0x0A, varint(i)))), (b"city", city)]
+        return ld(0x0A, b"".join(ld(0x0A, ld(0x0A, k) + ld(0x12, f)) for k, f in entries))
+
+    records = [record(i, ld(0x0A, ld(0x0A, b"c"))) for i in range(10)]
+    records[6] = record(6, ld(0x0A, b"\x0a\x05c"))  # city's one value claims 5 bytes, holds 1
+    path = tmp_path / "in" / "part-0.tfrecord"
+    path.parent.mkdir()
+    with TFRecordWriter(str(path)) as w:
+        w.write_batch(records)
+    offset = sum(len(r) + 16 for r in records[:6])
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("features:\n  - {name: id, type: int64}\n  - {name: city, type: string}\n")
+    read = tfspark.read.format("tfrecord").option("schema", str(schema))
+    for reader in (read, read.option("features", "id")):
+        with pytest.raises(Exception, match=rf"part-0\.tfrecord: record 6 at byte offset {offset}: not a valid"):
+            reader.load(str(path.parent)).collect()
+
+
 def test_reads_files_written_by_tensorflow_and_beam_inferring_the_schema(tfspark, tmp_path):
     import apache_beam as beam
 
