@@ -351,21 +351,16 @@ class Values:
         return exclusive_cumsum(np.where(self.kind == kind, self.counts, 0))
 
 
-def _layout(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None):
+def _layout(wire: Wire, vs: np.ndarray, ve: np.ndarray, kinds: tuple[np.ndarray, np.ndarray]):
     """The wire structure of ``Feature`` messages at [vs, ve) (m > 0 of them), checking the canonical
     layout (module doc) down to the value payloads, not into them: (kind, simple, list start,
     payload start, payload end, bad).  A simple Feature's payload is its packed numbers or its one
-    bytes value; a bytes_list that is not simple is walked from its list start.  ``head``: the
-    four bytes at each ``vs`` when the caller has them already (else they are gathered)."""
+    bytes value; a bytes_list that is not simple is walked from its list start.  ``kinds``: the
+    Features' :func:`_kinds`."""
     m = len(vs)
-    width = ve - vs
-    if head is None:
-        head = wire.u32(vs)
-    if (head == head[0]).all() and (width == width[0]).all():  # all alike (fixed-width values): once
-        kind, simple = _simple(head[:1], width[:1])
+    kind, simple = kinds
+    if len(kind) == 1:
         kind, simple = np.repeat(kind, m), np.repeat(simple, m)
-    else:
-        kind, simple = _simple(head, width)
     ls = vs + 2  # the BytesList / FloatList / Int64List message
     ps = vs + 4  # a simple Feature's value field: a packed payload, or the one bytes value
     pe = ve
@@ -383,6 +378,18 @@ def _layout(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None)
     return kind, simple, ls, ps, pe, bad
 
 
+def _kinds(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_simple` of the Features at [vs, ve): one (kind, simple) for them all when their heads
+    and sizes are all alike (fixed-width values: known once), else one per Feature.  ``head``: the
+    four bytes at each ``vs`` when the caller has them already (else they are gathered)."""
+    width = ve - vs
+    if head is None:
+        head = wire.u32(vs)
+    if (head == head[0]).all() and (width == width[0]).all():
+        return _simple(head[:1], width[:1])
+    return _simple(head, width)
+
+
 def _by_kind(kind: np.ndarray):
     """(kind, slots) for each value kind the slots hold, slots None when every slot has that kind."""
     for k in (KIND_FLOAT, KIND_INT64, KIND_BYTES):
@@ -393,12 +400,12 @@ def _by_kind(kind: np.ndarray):
 
 def _features(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray | None = None) -> Values:
     """Parse ``Feature`` messages at [vs, ve), checking the canonical layout (module doc); ``head``
-    as :func:`_layout` takes it."""
+    as :func:`_kinds` takes it."""
     m = len(vs)
     if not m:
         return Values(np.zeros(0, np.uint8), np.zeros(0, np.int64), _NO_FLOATS, _NO_INTS, _NO_BYTES,
                       np.zeros(0, bool))
-    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, head)
+    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, _kinds(wire, vs, ve, head))
     counts = np.zeros(m, dtype=np.int64)
     floats, ints, data = _NO_FLOATS, _NO_INTS, _NO_BYTES
     for k, idx in _by_kind(kind):
@@ -427,7 +434,11 @@ def _features_bad(wire: Wire, vs: np.ndarray, ve: np.ndarray, head: np.ndarray |
     m = len(vs)
     if not m:
         return np.zeros(0, dtype=bool)
-    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, head)
+    kinds = _kinds(wire, vs, ve, head)
+    kind, simple = kinds
+    if len(kind) == 1 and simple[0] and kind[0] != KIND_INT64:  # all alike: one check for them all
+        return np.full(m, kind[0] == KIND_FLOAT and (ve[0] - vs[0]) % 4 != 0)
+    kind, simple, ls, ps, pe, bad = _layout(wire, vs, ve, kinds)
     for k, idx in _by_kind(kind):
         s, e = (ps, pe) if idx is None else (ps[idx], pe[idx])
         if k == KIND_BYTES:  # a simple one holds one value, [s, e): nothing more to check
