@@ -202,10 +202,24 @@ def test_submit_hdfs_to_hdfs(submit, hdfs, tmp_path):
     assert read_back([local]) == expected_values(rows)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _master_addresses(run: Path, deadline: float) -> tuple[str, int]:
+    """The URL and web UI port the standalone master under ``run`` bound (it picks both: port 0), from
+    its log."""
+    found: dict[str, str] = {}
+    while True:
+        for log in (run / "logs").glob("*.deploy.master.Master-1-*.out"):
+            text = log.read_text(errors="replace")
+            for key, pattern in (("url", r"Starting Spark master at (spark://\S+)"),
+                                 ("ui", r"Successfully started service 'MasterUI' on port (\d+)")):
+                m = re.search(pattern, text)
+                if m:
+                    found[key] = m.group(1)
+        if len(found) == 2:
+            return found["url"], int(found["ui"])
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n" + p.read_text()[-3000:] for p in (run / "logs").glob("*.out"))
+            raise AssertionError(f"the standalone master did not say where it listens ({found}):\n{logs}")
+        time.sleep(0.2)
 
 
 def _standalone_cluster(run: Path, hosts: list[str], cores: int):
@@ -213,6 +227,9 @@ def _standalone_cluster(run: Path, hosts: list[str], cores: int):
     ``--host``, and its SPARK_LOCAL_IP, so its executors live on that address too) with pyspark's
     sbin/spark-daemon.sh, which start-master.sh and start-worker.sh wrap (the pip package ships
     only the former), in a clean environment and a working directory outside the repository.
+    Every daemon binds ports of its own choosing (0): a free port picked here could be taken by the
+    time the JVM binds it (by another xdist worker's cluster), and Spark would move to the next one
+    without a word, so the master's URL and web UI port are read back from its log.
     A generator: yields (master URL, run dir); the caller stops the daemons by closing it."""
     import pyspark
 
@@ -229,10 +246,8 @@ def _standalone_cluster(run: Path, hosts: list[str], cores: int):
            "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1"}
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
-    port, ui = _free_port(), _free_port()
     daemon = str(home / "sbin" / "spark-daemon.sh")
     master_cls, worker_cls = "org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker"
-    master = f"spark://127.0.0.1:{port}"
     started: list[tuple[str, int, dict]] = []  # (class, spark-daemon.sh instance number, env)
 
     def start(cls: str, instance: int, daemon_env: dict, *args: str) -> None:
@@ -241,19 +256,25 @@ def _standalone_cluster(run: Path, hosts: list[str], cores: int):
         started.append((cls, instance, daemon_env))
 
     try:
-        start(master_cls, 1, env, "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+        deadline = time.monotonic() + 90
+        # No REST submission server: it would take the fixed port 6066 (the suite submits over RPC).
+        start(master_cls, 1, {**env, "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"},
+              "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
+        master, ui = _master_addresses(run, deadline)
+        deadline = time.monotonic() + 90
         for n, host in enumerate(hosts, start=1):
             work = run / f"work-{n}"
             work.mkdir(exist_ok=True)
             start(worker_cls, n, {**env, "SPARK_LOCAL_IP": host, "SPARK_WORKER_DIR": str(work)},
-                  "--host", host, "--cores", str(cores), "--memory", "1g", "--webui-port", str(_free_port()),
+                  "--host", host, "--cores", str(cores), "--memory", "1g", "--webui-port", "0",
                   "--work-dir", str(work), master)
-        deadline = time.monotonic() + 90
         while True:
             alive = []
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
-                    alive = [w.get("host") for w in json.load(r).get("workers", []) if w.get("state") == "ALIVE"]
+                    state = json.load(r)
+                assert state.get("url") == master, f"the web UI on port {ui} is not {master}'s: {state}"
+                alive = [w.get("host") for w in state.get("workers", []) if w.get("state") == "ALIVE"]
             except OSError:
                 pass
             if sorted(alive) == sorted(hosts):
