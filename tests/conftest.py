@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, spark_conf, spark_submit, tfrecord_io_cli
+from helpers import QUICK_JVM, REPO, spark_conf, spark_submit, tfrecord_io_cli
 
 pytest_plugins = ["cluster_fixtures"]
 
@@ -26,6 +26,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Let TF be quiet in test logs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Every Spark driver JVM (the session's, spark-submit's, the CLI's) with the quick compiler only
+# (helpers.QUICK_JVM); a test that sets SPARK_SUBMIT_OPTS itself (Kerberos) replaces it.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
 
 
 @pytest.fixture(scope="session")

@@ -44,9 +44,18 @@ FNAPI = ["--runner=FnApiRunner"]
 # ---------------------------------------------------------------------------------------------
 # The rig
 # ---------------------------------------------------------------------------------------------
+#: The JIT setting of the JVMs the suite's Spark starts: the quick compiler (C1) only, as the local
+#: clusters run (tfrecord_io.clusters.hdfs_local.hadoop.JVM_OPTS).  For jobs of seconds on 2 cores the
+#: optimizing compiler's threads cost more CPU than they save (a spark-submit of 3,000 rows: about
+#: 15 s of CPU, 9 s with C1 only).  tests/conftest.py puts it in SPARK_SUBMIT_OPTS (the drivers);
+#: :func:`spark_conf` gives it to executors.  It changes how fast the JVM runs, nothing it does.
+QUICK_JVM = "-XX:TieredStopAtLevel=1"
+
+
 def spark_conf() -> dict[str, str]:
     """The Spark settings of every session and spark-submit the suite starts."""
     return {
+        "spark.executor.extraJavaOptions": QUICK_JVM,  # standalone executors (local mode: the driver's JVM)
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.driver.memory": "2g",

@@ -49,7 +49,8 @@ def _shell(line: str, cwd) -> subprocess.CompletedProcess:
     """``line`` run by bash, which expands its globs as a user's shell would."""
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(cwd),
            "PYSPARK_PYTHON": sys.executable, "TF_CPP_MIN_LOG_LEVEL": "3",
-           **{k: os.environ[k] for k in ("SPARK_HOME",) if k in os.environ}}  # conftest's guard holds
+           # conftest's guard holds (SPARK_HOME), and its quick JIT for Spark's JVMs (SPARK_SUBMIT_OPTS)
+           **{k: os.environ[k] for k in ("SPARK_HOME", "SPARK_SUBMIT_OPTS") if k in os.environ}}
     return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 

@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from helpers import REPO, VENV_BIN
+from helpers import QUICK_JVM, REPO, VENV_BIN
 from tfrecord_io.storage import credentials
 
 ROWS = 3000
@@ -34,7 +34,8 @@ label: id
 
 
 def user_env(cluster, *, ticket: bool = True, keytab: bool = False, **extra) -> dict[str, str]:
-    """A user's shell on the cluster: its exports, and nothing of this test process but PATH and HOME."""
+    """A user's shell on the cluster: its exports, and nothing of this test process but PATH and HOME (and
+    the suite's JIT setting for Spark's JVMs, which changes nothing they do)."""
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/"), "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYSPARK_PYTHON": sys.executable, **cluster.env(), **extra}
     if not ticket:
@@ -44,6 +45,7 @@ def user_env(cluster, *, ticket: bool = True, keytab: bool = False, **extra) -> 
         env[credentials.KEYTAB_ENV] = str(cluster.kerberos.keytab)
     if "SPARK_HOME" in os.environ:  # conftest's guard: tests not marked spark start no Spark
         env["SPARK_HOME"] = os.environ["SPARK_HOME"]
+    env.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)  # the suite's quick JIT for Spark's drivers (helpers.QUICK_JVM)
     return env
 
 
@@ -172,8 +174,9 @@ def test_a_keytab_alone_through_the_ha_nameservice(secure_ha_hdfs, spark_cli, tm
     beam = run(env, sys.executable, "-m", "tfrecord_io.beam", "--runner=FnApiRunner", *common,
                "--output", f"{base}/beam", *login, cwd=REPO)
     # spark-submit's own --principal/--keytab: the job's driver and its local Python workers log in with them.
-    submitted = run({**env, "SPARK_SUBMIT_OPTS": k.java_option}, VENV_BIN / "spark-submit", "--master", "local[2]",
-                    *login, REPO / "jobs" / "to_tfrecord.py", *common, "--output", f"{base}/submitted", cwd=tmp_path)
+    submitted = run({**env, "SPARK_SUBMIT_OPTS": f"{k.java_option} {QUICK_JVM}"}, VENV_BIN / "spark-submit",
+                    "--master", "local[2]", *login, REPO / "jobs" / "to_tfrecord.py", *common, "--output",
+                    f"{base}/submitted", cwd=tmp_path)
     for proc in (spark, beam):
         assert f"wrote {ROWS} example records" in proc.stderr
     assert f"wrote {ROWS} example records" in submitted.stdout + submitted.stderr
@@ -196,9 +199,10 @@ def test_spark_on_secure_yarn_executors_use_the_delegation_tokens(secure_hdfs, s
     conf = {"spark.yarn.jars": f"local:{spark_home}/jars/*", "spark.executor.instances": "1",
             "spark.executor.memory": "512m", "spark.yarn.am.memory": "512m", "spark.yarn.maxAppAttempts": "1",
             "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable}
+            "spark.pyspark.driver.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
+            "spark.executor.extraJavaOptions": QUICK_JVM, "spark.yarn.am.extraJavaOptions": QUICK_JVM}
     yarn_env = {**env, "HADOOP_CONF_DIR": str(secure_yarn.conf_dir), "SPARK_HOME": str(spark_home),
-                "SPARK_SUBMIT_OPTS": secure_hdfs.kerberos.java_option}
+                "SPARK_SUBMIT_OPTS": f"{secure_hdfs.kerberos.java_option} {QUICK_JVM}"}
     offset = secure_hdfs.log_path.stat().st_size
     proc = run(yarn_env, VENV_BIN / "spark-submit", "--master", "yarn", "--deploy-mode", "client",
                *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), REPO / "jobs" / "to_tfrecord.py",

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from helpers import (CORPUS, CORPUS_SCHEMA, JOB, REPO, corpus_rows, corpus_table, expected_values, listing,
+from helpers import (CORPUS, CORPUS_SCHEMA, JOB, QUICK_JVM, REPO, corpus_rows, corpus_table, expected_values, listing,
                      make_executor_python, read_back, rejects_of, serialized_records, shard_names, spark_submit,
                      write_corpus_csv)
 from tfrecord_io.storage import fs, output
@@ -243,7 +243,8 @@ def _standalone_cluster(run: Path, hosts: list[str], cores: int):
                 raise AssertionError(f"cannot bind to {host} for a standalone worker: {e}") from e
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(run)), "SPARK_HOME": str(home),
            "SPARK_LOG_DIR": str(run / "logs"), "SPARK_PID_DIR": str(run / "pids"),
-           "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1"}
+           "SPARK_IDENT_STRING": f"tfio{os.getpid()}", "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM}  # the master's and workers' JVMs (helpers.QUICK_JVM)
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     daemon = str(home / "sbin" / "spark-daemon.sh")

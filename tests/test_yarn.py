@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (CORPUS_SCHEMA, JOB, REPO, VENV_BIN, corpus_rows, expected_values, make_executor_python,
+from helpers import (CORPUS_SCHEMA, JOB, QUICK_JVM, REPO, VENV_BIN, corpus_rows, expected_values, make_executor_python,
                      read_back, serialized_records, write_corpus_csv)
 from tfrecord_io.spark import package_zip
 from tfrecord_io.storage import fs, output
@@ -59,10 +59,15 @@ def yarn_conf(mode: str, python: str) -> dict[str, str]:
         "spark.pyspark.python": python,  # executors (and, in cluster mode, the driver)
         "spark.yarn.appMasterEnv.PYSPARK_PYTHON": python,
         "spark.yarn.appMasterEnv.SPARK_LOCAL_IP": "127.0.0.1",
+        # Not a need of YARN's: the suite's quick JIT (helpers.QUICK_JVM) for the containers' JVMs.
+        "spark.executor.extraJavaOptions": QUICK_JVM,
     }
     if mode == "client":
         conf["spark.pyspark.driver.python"] = sys.executable  # the driver runs here, in the venv
         conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.yarn.am.extraJavaOptions"] = QUICK_JVM
+    else:
+        conf["spark.driver.extraJavaOptions"] = QUICK_JVM  # the driver is the application master
     return conf
 
 
