@@ -2,7 +2,7 @@
 #   make demo   install the package, then convert the demo data and train on it (see README): Spark in local
 #               mode on local disk, so none of the Hadoop or job-server jars (`tfrecord-io demo --hdfs` fetches
 #               the Hadoop ones on its first start)
-#   make test   set up, then run the whole test suite (what CI runs)
+#   make test   set up, then run the whole test suite (what CI runs), in two pytest-xdist workers
 #   make check  the fast tier: the tests that need no JVM (Java, Maven, HDFS, Spark, Flink) and are not slow
 #   make bench  set up, then run every benchmark in benchmarks/ and print its ratio table
 #   make fuzz   the framing reader and schema loader fuzz targets, for much longer than the suite
@@ -37,8 +37,10 @@ setup: $(STAMP) hadoop flink
 demo: $(STAMP)
 	$(VENV)/bin/tfrecord-io demo
 
+# Two pytest-xdist workers; --dist loadgroup keeps together the tests that share a module fixture or a
+# cluster that is slow to start (tests/conftest.py marks them), so each starts once.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The fast tier: tests marked for no JVM (tests/conftest.py puts a refusing `java` first on their PATH),
 # without the slow end-to-end runs (make test runs everything).
