@@ -80,15 +80,6 @@ MARKERS = {
 }
 
 
-#: The session clusters that take long to start (Kerberos, HA, YARN, the job servers): under pytest-xdist
-#: (``make test``: ``-n 2 --dist loadgroup``) the tests that use one run on one worker, which starts it
-#: once.  The plain ``hdfs`` and the ``spark`` session start in seconds and are used all over the suite:
-#: each worker starts its own.
-_START_ONCE = ("yarn", "flink", "beam_spark", "secure_hdfs", "secure_ha_hdfs", "secure_yarn", "faulty_hdfs",
-               "lagging_hdfs")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -98,34 +89,6 @@ def pytest_collection_modifyitems(items):
             marks.add("spark")
         for m in sorted(marks - {mark.name for mark in item.iter_markers()}):
             item.add_marker(getattr(pytest.mark, m))
-    _group_for_xdist(items)
-
-
-def _group_for_xdist(items) -> None:
-    """Mark ``xdist_group`` the tests that must share a worker under ``--dist loadgroup``: those that use
-    a module-scoped fixture (it is built once, on one worker: two workers would build it twice, and two
-    builds of the wheel in test_installed would share the checkout's build directory) and those that use
-    a cluster of :data:`_START_ONCE`; a test that uses both joins the two groups into one.  Every other
-    test goes to whichever worker is free."""
-    parent: dict[str, str] = {}
-
-    def find(key: str) -> str:
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    keys_of = {}
-    for item in items:
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        keys = [f"module:{item.nodeid.split('::')[0]}" for name, fixturedefs in defs.items()
-                if fixturedefs and fixturedefs[-1].scope in ("module", "package", "class")][:1]
-        keys += [f"cluster:{name}" for name in _START_ONCE if name in getattr(item, "fixturenames", ())]
-        for a, b in zip(keys, keys[1:]):
-            parent[find(b)] = find(a)
-        keys_of[item] = keys
-    for item, keys in keys_of.items():
-        if keys:
-            item.add_marker(pytest.mark.xdist_group(find(keys[0]).split(":", 1)[1].replace("/", ".")))
 
 
 _NO_SPARK_HOME = str(REPO / "tests" / "this-test-is-not-marked-spark--take-the-spark-submit-or-spark_cli-fixture")

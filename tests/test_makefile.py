@@ -36,4 +36,4 @@ def test_make_demo_installs_the_package_and_fetches_no_jars():
 def test_make_test_still_sets_up_every_cluster_it_runs():
     commands = _commands("test")
     assert _fetches(commands) == ["hdfs-local fetch", "flink-local fetch", "flink-local fetch --runner spark"], commands
-    assert commands[-1] == ".venv/bin/python -m pytest -n 2 --dist loadgroup", commands
+    assert commands[-1] == ".venv/bin/python -m pytest -n 2 --dist loadfile", commands
