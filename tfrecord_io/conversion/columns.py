@@ -12,6 +12,11 @@ was dropped.  Every engine now calls :func:`check_columns` before it starts any 
   ``ignore_columns`` or the job ignores extra columns (``--ignore-extra-columns``);
 * a CSV header that names a column twice fails it (which of the two would be read?).
 
+A feature that gathers columns (``columns:`` in the schema) reads its N columns, not its name:
+each must be there (the error names the column and the feature), and none counts as extra.  A
+``columns: {pattern: ...}`` is matched against the input's columns first, once, on the driver
+(:func:`resolve_patterns`): the engines get the schema with the matched names.
+
 What "the input's columns" are: each CSV file's header (checked per file: files may differ in
 order, and a file that lacks a column is exactly the case to catch); for JSON, the keys of the
 objects in the first :data:`JSON_SAMPLE_BYTES` of each file, taken together (a JSON writer
@@ -32,7 +37,7 @@ from tfrecord_io.storage import inputs
 from tfrecord_io.core.schema import Schema, SchemaError
 
 __all__ = ["ColumnMismatch", "JSON_SAMPLE_BYTES", "check_columns", "input_columns", "read_headers",
-           "sample_json_keys"]
+           "resolve_patterns", "sample_json_keys"]
 
 JSON_SAMPLE_BYTES = 1 << 20
 _SHOWN_FILES = 3
@@ -112,6 +117,30 @@ def input_columns(files: Iterable[str], schema: Schema, input_format: str, multi
     return sample_json_keys(files, multiline, max_record_bytes)
 
 
+def resolve_patterns(schema: Schema, columns: Mapping[str, list[str] | set[str] | None], *,
+                     input_format: str, schema_name: str = "the schema") -> Schema:
+    """``schema`` with each ``columns: {pattern: ...}`` matched (:meth:`Schema.resolve_columns`)
+    against the input's columns (:func:`input_columns`'s answer): the first CSV header or
+    DataFrame, or the JSON keys of every file together; :func:`check_columns` then checks every
+    input against the matched names."""
+    patterned = [f.name for f in schema.input_features if f.column_pattern is not None]
+    if not patterned:
+        return schema
+    if input_format == "json":
+        names: list[str] = sorted(set().union(*(c for c in columns.values() if c)) if columns else set())
+        where = "the sampled JSON objects"
+    else:
+        first = next(((src, cols) for src, cols in sorted(columns.items()) if cols is not None), None)
+        if first is None:
+            raise ColumnMismatch(f"{schema_name}: feature {patterned[0]!r} gathers the columns a pattern matches; "
+                                 f"the input has no column names to match (CSV needs csv.header: true)")
+        where, names = first[0], list(first[1])
+    try:
+        return schema.resolve_columns(names, where)
+    except SchemaError as e:
+        raise ColumnMismatch(f"{schema_name}: {e}") from e
+
+
 def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -130,8 +159,9 @@ def check_columns(schema: Schema, columns: Mapping[str, list[str] | set[str] | N
     CSV headers and DataFrames (checked per input), a set of sampled keys for JSON (checked
     across all files); None for an input with no header (an empty file).
     """
-    features = [f.name for f in schema.input_features]
-    optional = {f.name for f in schema.input_features if f.allow_missing}
+    features = list(schema.source_columns)
+    optional = {c for f in schema.input_features if f.allow_missing for c in f.source_columns}
+    owner = {c: f.name for f in schema.input_features if f.gathered for c in f.source_columns}
     missing: dict[str, list[str]] = {}
     extra: dict[str, list[str]] = {}
     problems: list[str] = []
@@ -156,7 +186,8 @@ def check_columns(schema: Schema, columns: Mapping[str, list[str] | set[str] | N
             if col not in features and col not in schema.ignore_columns and not ignore_extra:
                 extra.setdefault(col, []).append(src)
     for name, srcs in missing.items():
-        problems.append(f"feature {name!r} is not a column of {_files(srcs)}"
+        what = f"column {name!r} of feature {owner[name]!r}" if name in owner else f"feature {name!r}"
+        problems.append(f"{what} is not a column of {_files(srcs)}"
                         f"{_did_you_mean(name, seen_columns - set(features))}")
     for col, srcs in extra.items():
         problems.append(f"column {col!r} of {_files(srcs)} is read by no feature"

@@ -48,7 +48,13 @@ CSV
       and so is an unquoted empty cell; a quoted empty cell ``""`` is the empty string unless
       ``""`` is a null value;
     * list features need a ``separator``: the cell is split on it (``"a||b"`` has an empty
-      item) and each item converted as above; a null cell is a null list.
+      item) and each item converted as above; a null cell is a null list;
+    * a feature that gathers columns (``columns:`` in the schema) reads one number from each of
+      its N columns, in the schema's order (matched by name; without a header, N fields in a
+      row), into one ``[N]`` list.  A cell that does not convert rejects the row naming the
+      column (``"feature 'pixels': column 'px_5': 'abc' is not a valid float"``); a null cell
+      takes the feature's ``default`` for its place, or rejects the row naming the column when
+      there is none; a row whose N cells are all null has a null list.
 
     ``line`` is the physical line (1-based) where the row starts.  (With ``multiline``, blank
     lines before a row are not counted.)  ``raw`` of a row that split into the right number of
@@ -89,6 +95,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.codec import row_errors
+from tfrecord_io.conversion.gather import gather
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_RECORD_BYTES
 from tfrecord_io.core.values import BadValue as _BadValue
 from tfrecord_io.core.values import java_float as _java_float
@@ -367,6 +374,29 @@ def _convert_values(cells: pa.Array, f: Feature, what: str) -> tuple[pa.Array, l
             problems.append((int(i), f"feature {f.name!r}: {what}{_show(cells[int(i)].as_py())} is not a valid "
                                      f"{f.type}"))
     return values, problems
+
+
+def _gather_column(cells: pa.RecordBatch, positions: tuple[int | None, ...], f: Feature, reasons: _Reasons,
+                   null_values: tuple[str, ...]) -> pa.Array:
+    """A gathered feature's N columns of cells (``positions`` in ``cells``; None: a column the file
+    lacks, null) -> its ``[N]`` lists (module doc; :func:`tfrecord_io.conversion.gather.gather`)."""
+    converted = []
+    for name, at in zip(f.columns, positions):
+        if at is None:
+            converted.append(None)
+            continue
+        col = cells.column(at)
+        is_null = _null_text_mask(col, null_values)
+        if is_null is not None:
+            col = _mask_to_null(col, is_null)
+        values, problems = _convert_values(col, f, f"column {name!r}: ")
+        for i, reason in problems:
+            reasons.add(i, reason)
+        converted.append(values)
+    lists, null_cells = gather(converted, f, cells.num_rows)
+    for i, reason in null_cells.items():
+        reasons.add(i, reason)
+    return lists
 
 
 def _convert_column(cells: pa.Array, f: Feature, reasons: _Reasons) -> pa.Array:
@@ -694,7 +724,10 @@ def read_csv_header(stream: BinaryIO, opts, source: str, multiline: bool) -> tup
 
 def _check_csv_schema(schema: Schema, source: str) -> None:
     for f in schema.input_features:
-        if f.is_list and not f.separator:
+        if f.column_pattern is not None and not schema.csv.header:
+            raise ValueError(f"{source}: feature {f.name!r} gathers the columns {{pattern: {f.column_pattern!r}}} "
+                             f"matches; a CSV without a header has no names to match: list the columns")
+        if f.is_list and not f.separator and not f.gathered:
             raise ValueError(f"{source}: feature {f.name!r} is a list (shape {list(f.shape)}); reading it "
                              f"from CSV needs a 'separator' in the schema (e.g. separator: \"|\")")
 
@@ -705,7 +738,7 @@ class _CsvFile:
 
     schema: Schema
     source: str
-    columns: list[int | None]  # per input feature: its column in the file (None: absent, all null)
+    columns: list  # per input feature: its column in the file (None: absent, all null); a tuple for a gathered one
     expected: int  # fields per record
     keep_raw: bool
     check_rows: bool
@@ -729,7 +762,6 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
     import pyarrow.csv as pcsv
 
     opts = schema.csv
-    features = schema.input_features
     _check_csv_schema(schema, source)
     numbered = byte_offset == 0  # a part of a file (a later split) numbers its lines from its start
     lines_filter = None if multiline else _LineFilter(stream, opts.quote, block_size, source, max_record_bytes,
@@ -742,11 +774,14 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
             names, head = read_header(src, schema, source, multiline)
         if names is None:
             return
+        schema = schema.resolve_columns(names, source)  # a columns: {pattern: ...} not matched before
+        features = schema.input_features
         position = {}
         for i, name in enumerate(names):
             position.setdefault(name, i)  # a repeated name: the first column counts
-        columns = [position.get(f.name) for f in features]
-        if all(c is None for c in columns):
+        columns = [tuple(position.get(c) for c in f.columns) if f.gathered else position.get(f.name)
+                   for f in features]
+        if all(c is None for c in columns for c in (c if isinstance(c, tuple) else (c,))):
             raise ValueError(f"{source}: line 1: the CSV header {names} names none of the schema's features "
                              f"{[f.name for f in features]}; check csv.delimiter ({opts.delimiter!r}) and "
                              f"csv.header")
@@ -755,8 +790,13 @@ def read_csv_batches(stream: BinaryIO, schema: Schema, source: str, *, block_siz
                                         skip_rows=0)
     else:
         head = b""
-        file_names = [f"c{i}" for i in range(len(features))]
-        columns = list(range(len(features)))
+        features = schema.input_features
+        file_names = [f"c{i}" for i in range(sum(len(f.source_columns) for f in features))]
+        columns, at = [], 0  # the features' fields in order; a gathered feature's N of them
+        for f in features:
+            width = len(f.source_columns)
+            columns.append(tuple(range(at, at + width)) if f.gathered else at)
+            at += width
         read_options = pcsv.ReadOptions(use_threads=False, block_size=block_size, column_names=file_names)
     if not head:  # no header read from this stream: an empty stream (file or split) has no rows
         head = src.read(64 * 1024)
@@ -874,6 +914,9 @@ def _csv_batch(cells: pa.RecordBatch | None, lines: np.ndarray, spans: np.ndarra
     columns = []
     null_values = file.null_values
     for f, at in zip(schema.input_features, file.columns):
+        if f.gathered:
+            columns.append(_gather_column(cells, at, f, reasons, null_values))
+            continue
         if at is None:
             columns.append(pa.nulls(n, f.arrow_type()))
             continue
@@ -912,7 +955,7 @@ def _values_from_text(text: str, file: _CsvFile) -> dict | None:
     out = {}
     for name in file.reject_values:
         f, at = features[name]
-        cell = fields[at] if at is not None and at < len(fields) else None
+        cell = fields[at] if isinstance(at, int) and at < len(fields) else None
         if cell is None or cell in opts.null_values or cell == "" or f.is_list:
             out[name] = None
         elif f.type == "int64":
@@ -1068,6 +1111,11 @@ def read_json_batches(stream: BinaryIO, schema: Schema, source: str, *, block_si
                       reject_values: tuple[str, ...] = (), max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                       byte_offset: int = 0) -> Iterator[ParsedBatch]:
     """JSON Lines (or, with ``multiline``, one JSON document) -> :class:`ParsedBatch` es."""
+    gathered = [f.name for f in schema.input_features if f.gathered]
+    if gathered:
+        raise ValueError(f"{source}: feature {gathered[0]!r} gathers columns (columns: in the schema), which CSV "
+                         f"input and DataFrames have; JSON input does not take it yet: give the feature as a "
+                         f"JSON array (shape [N], no columns:)")
     target = input_schema(schema)
     converter = _JsonConverter(schema, target)
     numbered = byte_offset == 0  # a part of a file numbers its lines from its start

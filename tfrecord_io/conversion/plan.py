@@ -12,7 +12,8 @@ take the plan and only run it.  Deciding here, once:
 * the splits (``--split``/``--split-by``, checked against the schema);
 * the input files, listed and sized once (on HDFS, once per conversion, not per engine step);
 * the number of shards (``--num-shards``, else one per ``bytes_per_shard`` of input);
-* the input's columns against the schema's features (each CSV file's header is read once, and
+* the input's columns against the schema's features, a ``columns: {pattern: ...}`` matched against
+  them first (the plan's schema has the matched names; each CSV file's header is read once, and
   kept in the plan: the Spark job's read tasks need it for the splits that do not start a file);
 * the output against the inputs and what it holds (:func:`tfrecord_io.storage.output.check_output`,
   which only looks); :meth:`Plan.prepare_output` clears and creates it when the engine starts.
@@ -116,6 +117,8 @@ def plan_conversion(options: ConversionOptions) -> Plan:
     listed = tuple(inputs.list_inputs(options.inputs))
     found = columns.input_columns([f.path for f in listed], schema, options.input_format, options.multiline,
                                   options.max_record_bytes)
+    schema = columns.resolve_patterns(schema, found, input_format=options.input_format,
+                                      schema_name=options.schema_name)
     columns.check_columns(schema, found, input_format=options.input_format,
                           allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
                           schema_name=options.schema_name)

@@ -6,6 +6,7 @@ A schema is YAML (see ``conf/*.yaml`` and ``docs/wire-contract.md``)::
     features:                         # example records; for CSV without a header, the column order
       - {name: fare, type: float, default: 0.0}
       - {name: tags, type: string, shape: [-1], separator: "|"}
+      - {name: pixels, type: float, shape: [784], columns: {from: px_0, to: px_783}}   # 784 columns, one feature
     label: tips
     task: regression                  # what the label is: regression | binary | classification
     # classes: 10                     # classification: n classes (int64 labels 0..n-1), or their values
@@ -23,6 +24,8 @@ TensorFlow parse spec is :func:`tfrecord_io.engines.loader.parse_spec`.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import re
 import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -128,6 +131,16 @@ class Feature:
         written before it existed); it is then null in their rows.  Without it (the default) a
         feature that an input file's header (or the JSON keys, or the DataFrame) does not
         provide fails the conversion before it starts -- usually a misspelled name.
+    columns: a *gathered* feature (a wide table's many numeric columns as one ``[N]`` list):
+        the N input columns whose values, in this order, make the feature's list; the feature's
+        name is then no input column.  YAML ``columns:`` takes a list of names, ``{from: px_0,
+        to: px_783}`` (a name stem with a numeric suffix, every number in between) or
+        ``{pattern: "px_*"}`` (kept in ``column_pattern`` until :meth:`Schema.resolve_columns`
+        matches it against the input's columns).  ``int64`` or ``float`` only; ``shape`` is
+        ``[N]`` (taken from the columns when not given).  A null cell takes the feature's
+        ``default`` for its place, or rejects the row naming the column; all N null is a null
+        list (the feature is left out of the record, as any null).
+    column_pattern: the ``{pattern: ...}`` of ``columns`` (an ``fnmatch`` glob), not yet matched.
     """
 
     name: str
@@ -137,6 +150,8 @@ class Feature:
     required: bool = False
     separator: str | None = None
     allow_missing: bool = False
+    columns: tuple[str, ...] | None = None
+    column_pattern: str | None = None
 
     def __post_init__(self) -> None:
         where = f"feature {_show(self.name)}"
@@ -144,6 +159,8 @@ class Feature:
             raise SchemaError(f"feature name must be a non-empty string, got {_show(self.name)}")
         if self.type not in TYPES:
             raise SchemaError(f"{where}: unknown type {_show(self.type)}; expected one of {', '.join(TYPES)}")
+        if self.columns is not None or self.column_pattern is not None:
+            self._check_gathered(where)
         if self.shape is not None:
             shape = tuple(self.shape)
             if len(shape) != 1 or not isinstance(shape[0], int) or isinstance(shape[0], bool) \
@@ -161,6 +178,59 @@ class Feature:
             raise SchemaError(f"{where}: allow_missing must be true or false, got {_show(self.allow_missing)}")
         if self.default is not None:
             object.__setattr__(self, "default", self._check_default(self.default))
+
+    def _check_gathered(self, where: str) -> None:
+        """A gathered feature (``columns:``): N numeric columns as one ``[N]`` list."""
+        if self.columns is not None and self.column_pattern is not None:
+            raise SchemaError(f"{where}: columns is a list of names or a pattern, not both")
+        if self.type not in GATHERED_TYPES:
+            raise SchemaError(f"{where}: columns gathers numeric columns (type int64 or float); the feature's "
+                              f"type is {self.type}")
+        if self.separator is not None:
+            raise SchemaError(f"{where}: a feature that gathers columns takes one value per column; it has no "
+                              f"separator")
+        if self.columns is not None:
+            if isinstance(self.columns, str) or not isinstance(self.columns, (list, tuple)) or not self.columns:
+                raise SchemaError(f"{where}: columns must be a non-empty list of column names, {{from: a_0, to: "
+                                  f"a_9}} or {{pattern: \"a_*\"}}; got {_show(self.columns)}")
+            cols = tuple(self.columns)
+            for c in cols:
+                if not isinstance(c, str) or not c:
+                    raise SchemaError(f"{where}: column names must be non-empty strings, got {_show(c)}")
+            seen: set[str] = set()
+            for c in cols:
+                if c in seen:
+                    raise SchemaError(f"{where}: column {_show(c)} is listed twice in columns")
+                seen.add(c)
+            object.__setattr__(self, "columns", cols)
+            if self.shape is None:
+                object.__setattr__(self, "shape", (len(cols),))
+        else:
+            if not isinstance(self.column_pattern, str) or not self.column_pattern:
+                raise SchemaError(f"{where}: columns' pattern must be a non-empty string, got "
+                                  f"{_show(self.column_pattern)}")
+            if self.shape is None:
+                raise SchemaError(f"{where}: columns {{pattern: {self.column_pattern!r}}} needs shape: [N], the "
+                                  f"number of columns it matches (the loader reads [N] values)")
+        shape = tuple(self.shape) if isinstance(self.shape, (list, tuple)) else self.shape
+        if not isinstance(shape, tuple) or len(shape) != 1 or shape[0] == -1:
+            raise SchemaError(f"{where}: a feature that gathers columns has a fixed shape [N], got {_show(self.shape)}")
+        if self.columns is not None and shape[0] != len(self.columns):
+            raise SchemaError(f"{where}: shape {list(shape)} does not match its {len(self.columns)} columns "
+                              f"({self.columns[0]!r} .. {self.columns[-1]!r})")
+
+    @property
+    def gathered(self) -> bool:
+        """Whether the feature gathers several input columns (``columns:``) into one ``[N]`` list."""
+        return self.columns is not None or self.column_pattern is not None
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """The input columns the feature reads: its ``columns``, or its own name.  A pattern not yet
+        matched (:meth:`Schema.resolve_columns`) has none."""
+        if self.columns is not None:
+            return self.columns
+        return () if self.column_pattern is not None else (self.name,)
 
     # -- derived properties ------------------------------------------------------------
     @property
@@ -229,16 +299,70 @@ class Feature:
             d = self.default
             conv = (lambda x: x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else x)
             out["default"] = [conv(x) for x in d] if isinstance(d, tuple) else conv(d)
+            if self.gathered and len(set(d)) == 1:  # N places, one value: written once
+                out["default"] = conv(d[0])
         if self.required:
             out["required"] = True
         if self.separator is not None:
             out["separator"] = self.separator
         if self.allow_missing:
             out["allow_missing"] = True
+        if self.column_pattern is not None:
+            out["columns"] = {"pattern": self.column_pattern}
+        elif self.columns is not None:
+            span = _span_of(self.columns)
+            out["columns"] = {"from": self.columns[0], "to": self.columns[-1]} if span else list(self.columns)
         return out
 
 
-_FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)}
+#: Types a feature that gathers columns (``columns:``) may have.
+GATHERED_TYPES = ("int64", "float")
+_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+
+
+def column_range(first: str, last: str) -> tuple[str, ...]:
+    """``{from: first, to: last}``: the names of a stem with a numeric suffix, every number from
+    ``first``'s to ``last``'s (``px_0`` .. ``px_783``; ``f001`` .. ``f120`` keeps the zero padding)."""
+    a, b = _SUFFIX.match(first or ""), _SUFFIX.match(last or "")
+    if a is None or b is None or a.group(1) != b.group(1):
+        raise SchemaError(f"columns {{from: {_show(first)}, to: {_show(last)}}} needs two names with the same "
+                          f"stem and a numeric suffix (px_0 .. px_783)")
+    lo, hi = int(a.group(2)), int(b.group(2))
+    if hi < lo:
+        raise SchemaError(f"columns {{from: {first!r}, to: {last!r}}}: {last!r} comes before {first!r}")
+    width = len(a.group(2)) if a.group(2).startswith("0") and len(a.group(2)) > 1 else 0
+    return tuple(f"{a.group(1)}{i:0{width}d}" for i in range(lo, hi + 1))
+
+
+def _span_of(cols: tuple[str, ...]) -> bool:
+    """Whether ``cols`` is exactly ``column_range(cols[0], cols[-1])`` (written back as ``{from, to}``)."""
+    if len(cols) < 2:
+        return False
+    try:
+        return column_range(cols[0], cols[-1]) == cols
+    except SchemaError:
+        return False
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key putting ``px_2`` before ``px_10``: the order a pattern's matches are gathered in."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _columns_from(value: Any, where: str) -> dict[str, Any]:
+    """The YAML ``columns:`` of a feature -> ``Feature`` keyword arguments."""
+    if isinstance(value, Mapping):
+        keys = set(value)
+        if keys == {"pattern"}:
+            return {"column_pattern": value["pattern"]}
+        if keys == {"from", "to"}:
+            return {"columns": column_range(value["from"], value["to"])}
+        raise SchemaError(f"{where}: columns must be a list of names, {{from: px_0, to: px_783}} or {{pattern: "
+                          f"\"px_*\"}}; got keys {sorted(keys, key=str)}")
+    return {"columns": value}
+
+
+_FEATURE_KEYS = {f.name for f in dataclasses.fields(Feature)} - {"column_pattern"}
 _CSV_KEYS = {f.name for f in dataclasses.fields(CsvOptions)}
 _TOP_KEYS = {"record_type", "features", "label", "csv", "group_by", "order_by", "context", "sequence",
              "ignore_columns", "task", "classes"}
@@ -259,6 +383,11 @@ def _features_from(items: Any, section: str) -> tuple[Feature, ...]:
         if missing:
             raise SchemaError(f"{section}[{i}]: missing key(s) {sorted(missing)}")
         kwargs = dict(item)
+        if "columns" in kwargs:
+            try:
+                kwargs.update(_columns_from(kwargs.pop("columns"), f"{section}[{i}] ({_show(item['name'])})"))
+            except SchemaError as e:
+                raise SchemaError(f"feature {_show(item['name'])}: {e}") from e
         if kwargs.get("shape") is not None:
             if not isinstance(kwargs["shape"], (list, tuple)):
                 raise SchemaError(f"{section}[{i}] ({_show(item['name'])}): shape must be a list like [-1] or [3]")
@@ -324,10 +453,21 @@ class Schema:
         if isinstance(self.ignore_columns, str) or not all(isinstance(c, str) for c in self.ignore_columns):
             raise SchemaError(f"ignore_columns must be a list of column names, got {_show(self.ignore_columns)}")
         object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
-        both = sorted(seen & set(self.ignore_columns))
+        self._check_sources()
+        self._check_task()
+
+    def _check_sources(self) -> None:
+        """Each input column is read by one feature at most, and is either read or ignored."""
+        reader: dict[str, str] = {}
+        for f in self.input_features:
+            for c in f.source_columns:
+                if c in reader:
+                    raise SchemaError(f"column {_show(c)} is read by feature {_show(reader[c])} and by feature "
+                                      f"{_show(f.name)}: a column belongs to one feature")
+                reader[c] = f.name
+        both = sorted(set(reader) & set(self.ignore_columns))
         if both:
             raise SchemaError(f"ignore_columns names feature(s) {both}: a column is either read or ignored")
-        self._check_task()
 
     def _check_task(self) -> None:
         """``task`` (what the label is: regression | binary | classification) and ``classes`` (a
@@ -464,6 +604,45 @@ class Schema:
     def input_features(self) -> tuple[Feature, ...]:
         """Every input column, in input order (features, or context then sequence)."""
         return self.features if self.record_type == "example" else self.context + self.sequence
+
+    @property
+    def gathered(self) -> bool:
+        """Whether a feature gathers several input columns (``columns:``)."""
+        return any(f.gathered for f in self.input_features)
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """Every input column a feature reads, in feature order (a gathered feature's in its order)."""
+        return tuple(c for f in self.input_features for c in f.source_columns)
+
+    def resolve_columns(self, names, where: str = "the input") -> "Schema":
+        """This schema with each ``columns: {pattern: ...}`` matched against ``names`` (an input's
+        columns): the matches, in natural order (``px_2`` before ``px_10``), become the feature's
+        columns.  ValueError (SchemaError) naming the feature and pattern when the matches are not
+        ``shape[0]`` columns, or include a column another feature reads."""
+        if not any(f.column_pattern is not None for f in self.input_features):
+            return self
+        names = list(dict.fromkeys(names))
+        taken = {c: f.name for f in self.input_features for c in f.source_columns}
+
+        def resolve(f: Feature) -> Feature:
+            if f.column_pattern is None:
+                return f
+            matched = sorted((n for n in names if fnmatch.fnmatchcase(n, f.column_pattern)), key=natural_key)
+            for c in matched:
+                if c in taken:
+                    raise SchemaError(f"feature {f.name!r}: columns {{pattern: {f.column_pattern!r}}} matches column "
+                                      f"{c!r}, which feature {taken[c]!r} reads: a column belongs to one feature")
+                taken[c] = f.name
+            if len(matched) != f.shape[0]:
+                shown = f" ({matched[0]!r} .. {matched[-1]!r})" if matched else ""
+                raise SchemaError(f"feature {f.name!r}: columns {{pattern: {f.column_pattern!r}}} matches "
+                                  f"{len(matched)} column(s) of {where}{shown}, and its shape is {list(f.shape)}")
+            return dataclasses.replace(f, columns=tuple(matched), column_pattern=None)
+
+        return dataclasses.replace(self, features=tuple(map(resolve, self.features)),
+                                   context=tuple(map(resolve, self.context)),
+                                   sequence=tuple(map(resolve, self.sequence)))
 
     def feature(self, name: str) -> Feature:
         for f in self.input_features:
