@@ -12,6 +12,13 @@ integers) are nulls, not strings; the tokens seen go into ``csv.null_values``, a
 that the proposed schema loads without editing, and a comment saying how many nulls were seen.
 JSON ``null`` and absent keys are nulls; JSON arrays become ``shape: [-1]`` lists; nested objects
 (which no feature type takes) are listed under ``ignore_columns``.
+
+Wide tables: a run of at least :data:`GATHER_MIN_COLUMNS` consecutive numeric columns named by
+one stem and consecutive numbers (``px_0`` .. ``px_783``, ``V1`` .. ``V2308``) is proposed as one
+gathered feature, ``{name: px, type: float, shape: [784], columns: {from: px_0, to: px_783}}``:
+one ``[N]`` list per record (packed on the wire, about the bytes of the raw numbers, and one
+Keras input) instead of N scalar features.  A run of int64 and float columns is float.  A comment
+says what was gathered; ``--no-gather`` lists every column as a feature of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import argparse
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -38,6 +46,10 @@ WHOLE_INPUT_BYTES = 256 << 20
 NULL_TOKENS = ("", "NA", "N/A", "n/a", "null", "NULL", "None", "nan", "NaN")
 _INT_ONLY_NULLS = ("NaN", "nan")  # NaN is a float value; in a column of integers it means missing
 _DEFAULTS = {"int64": 0, "float": 0.0, "string": ""}
+#: The fewest consecutive numeric columns, named ``stem<number>`` with consecutive numbers, that
+#: infer-schema proposes as one gathered ``[N]`` feature (``columns:``); ``--no-gather`` turns it off.
+GATHER_MIN_COLUMNS = 16
+_STEM_NUMBER = re.compile(r"^(.*?)(\d+)$")
 
 
 @dataclass
@@ -232,13 +244,86 @@ def sample_rows_for(uri: str, asked: int | None) -> int:
     return (1 << 62) if sum(f.size for f in inputs.list_inputs(uri)) <= WHOLE_INPUT_BYTES else DEFAULT_SAMPLE_ROWS
 
 
+@dataclass
+class _Run:
+    """Consecutive numeric columns ``stem<i>`` .. ``stem<j>`` proposed as one gathered feature."""
+
+    name: str
+    columns: list[_Column]
+
+    @property
+    def type(self) -> str:
+        return "int64" if all(c.type == "int64" for c in self.columns) else "float"
+
+
+def _gatherable(c: _Column) -> tuple[str, int] | None:
+    """(stem, number) of a scalar numeric column named ``stem<number>``, else None."""
+    m = _STEM_NUMBER.match(c.name)
+    if m is None or c.is_list or c.nested or c.unsupported or c.non_null == 0 or c.type not in ("int64", "float"):
+        return None
+    return m.group(1), int(m.group(2))
+
+
+def find_runs(columns: list[_Column], min_columns: int = GATHER_MIN_COLUMNS) -> list[_Run]:
+    """The runs of at least ``min_columns`` consecutive numeric columns named by one stem and
+    consecutive numbers (module doc), each named after its stem (``px_`` -> ``px``)."""
+    from tfrecord_io.core.schema import column_range
+
+    runs: list[list[_Column]] = []
+    last = None
+    for c in columns:
+        key = _gatherable(c)
+        if key is not None and last is not None and key == (last[0], last[1] + 1):
+            runs[-1].append(c)
+        elif key is not None:
+            runs.append([c])
+        last = key
+    taken = {c.name for c in columns}
+    out = []
+    for run in runs:
+        if len(run) < min_columns:
+            continue
+        names = tuple(c.name for c in run)
+        try:
+            if column_range(names[0], names[-1]) != names:  # px_9, px_010: not one {from, to}
+                continue
+        except ValueError:
+            continue
+        stem = _STEM_NUMBER.match(names[0]).group(1)
+        name = stem.rstrip("_-. ") or "columns"
+        if name in taken:
+            name = f"{names[0]}_to_{names[-1]}"
+        taken.add(name)
+        out.append(_Run(name, run))
+    return out
+
+
 def rows_read(columns: list[_Column]) -> int:
     return max((c.nulls + c.non_null for c in columns if not c.declared), default=0)
 
 
-def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int) -> str:
-    """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``)."""
+def _run_entry(run: _Run, input_format: str) -> list[str]:
+    """A gathered feature's lines of the proposed schema (with its comment)."""
+    cols = run.columns
+    entry = (f"  - {{name: {json.dumps(run.name)}, type: {run.type}, shape: [{len(cols)}], "
+             f"columns: {{from: {json.dumps(cols[0].name)}, to: {json.dumps(cols[-1].name)}}}")
+    nulls = sum(c.nulls for c in cols)
+    if nulls:
+        entry += f", default: {json.dumps(_DEFAULTS[run.type])}"
+    note = (f"# {len(cols)} {input_format} columns {cols[0].name} .. {cols[-1].name} gathered into one [{len(cols)}] "
+            f"feature (--no-gather: one feature each)")
+    if nulls:
+        note += f"; {nulls} null cell(s) in the sample take the default in their place"
+    return [f"  {note}", entry + "}"]
+
+
+def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptions, sample_rows: int,
+                gather: bool = True) -> str:
+    """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``); ``gather``:
+    propose runs of numbered numeric columns as gathered features (:func:`find_runs`)."""
     read = rows_read(columns)
+    runs = {id(r.columns[0]): r for r in find_runs(columns)} if gather and input_format != "json" else {}
+    in_run = {id(c) for r in runs.values() for c in r.columns}
     if input_format in ("parquet", "orc"):
         source = f"the {input_format} file's own schema"
     elif read < sample_rows:
@@ -249,7 +334,9 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
     lines = [f"# Inferred by tfrecord-io infer-schema from {source}: review it.", "record_type: example", "features:"]
     nested = [c for c in columns if (c.nested and input_format == "json") or c.unsupported]
     for c in columns:
-        if c in nested:
+        if id(c) in runs:
+            lines.extend(_run_entry(runs[id(c)], input_format))
+        if c in nested or id(c) in in_run:
             continue
         entry = f"  - {{name: {json.dumps(c.name)}, type: {c.type}"
         if c.is_list:
@@ -300,6 +387,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--null-values", default=None, metavar="A,B,...",
                         help="CSV cell texts that mean missing (default: " + ",".join(t or '""' for t in NULL_TOKENS)
                              + ')')
+    parser.add_argument("--no-gather", action="store_true",
+                        help=f"one feature per column, even for a run of {GATHER_MIN_COLUMNS} or more numbered "
+                             f"numeric columns (px_0, px_1, ...), which is otherwise proposed as one [N] feature")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -311,5 +401,5 @@ def run(args: argparse.Namespace) -> int:
                                 multiline=args.multiline)
     except (OSError, ValueError) as e:
         return exits.fail("infer-schema", str(e))
-    print(schema_yaml(columns, args.input_format, options, sample_rows), end="")
+    print(schema_yaml(columns, args.input_format, options, sample_rows, gather=not args.no_gather), end="")
     return exits.OK
