@@ -11,12 +11,16 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The compiled record core (native/, Rust + PyO3) is built by the install below through setuptools-rust:
+# cargo from rustup's default place when it is not on the PATH already.  Its sources rebuild the install.
+export PATH := $(PATH):$(HOME)/.cargo/bin
+NATIVE := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
 .PHONY: setup demo test check bench fuzz hadoop flink clean
 
 # PYTHONWARNINGS silences setuptools' editable-install banner ("Editable installation. ... folders in your
 # working directory with the same name as your package ..."), which pip shows even with --quiet.
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[all,test]'
@@ -56,4 +60,4 @@ bench: setup
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache demo-output
+	rm -rf $(VENV) build *.egg-info .pytest_cache demo-output native/target tfrecord_io/core/_native*.so

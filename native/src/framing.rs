@@ -1,0 +1,153 @@
+//! TFRecord framing: a batch of records framed at once, and the header walk of a read.
+//!
+//! Each record is `u64 length | u32 masked_crc(length) | data | u32 masked_crc(data)`, all
+//! little-endian (see `tfrecord_io/core/framing.py`, the reference implementation).  The
+//! readers here look at one buffer of the stream at a time: what is whole in it is walked here;
+//! a record that runs past its end is left to the Python caller, which reads on (and names the
+//! error exactly as the numpy path does).
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::buffers::{check_offsets, slice};
+use crate::crc::masked_crc32c;
+
+const HEADER: usize = 12;
+const FOOTER: usize = 4;
+
+/// Write one framed record at `out[at..]`; returns the position after it.
+#[inline]
+fn put_record(out: &mut [u8], at: usize, data: &[u8]) -> usize {
+    let len = (data.len() as u64).to_le_bytes();
+    out[at..at + 8].copy_from_slice(&len);
+    out[at + 8..at + 12].copy_from_slice(&masked_crc32c(&len).to_le_bytes());
+    let end = at + HEADER + data.len();
+    out[at + HEADER..end].copy_from_slice(data);
+    out[end..end + FOOTER].copy_from_slice(&masked_crc32c(data).to_le_bytes());
+    end + FOOTER
+}
+
+/// The framed stream of the records `data[offsets[i]..offsets[i + 1]]`, i in 0..n.
+#[pyfunction]
+pub fn frame<'py>(py: Python<'py>, offsets: PyBuffer<i64>, data: PyBuffer<u8>) -> PyResult<Bound<'py, PyBytes>> {
+    let off = slice(&offsets, "frame: offsets")?;
+    let bytes = slice(&data, "frame: data")?;
+    check_offsets(off, bytes.len(), "frame")?;
+    let n = off.len() - 1;
+    let total = (off[n] - off[0]) as usize + (HEADER + FOOTER) * n;
+    PyBytes::new_with(py, total, |out| {
+        let mut at = 0;
+        for w in off.windows(2) {
+            at = put_record(out, at, &bytes[w[0] as usize..w[1] as usize]);
+        }
+        Ok(())
+    })
+}
+
+/// The framed stream of a list of `bytes` records.
+#[pyfunction]
+pub fn frame_list<'py>(py: Python<'py>, records: Vec<Bound<'py, PyBytes>>) -> PyResult<Bound<'py, PyBytes>> {
+    let total: usize = records.iter().map(|r| r.as_bytes().len() + HEADER + FOOTER).sum();
+    PyBytes::new_with(py, total, |out| {
+        let mut at = 0;
+        for r in &records {
+            at = put_record(out, at, r.as_bytes());
+        }
+        Ok(())
+    })
+}
+
+/// A failed check: (which: 0 length CRC / 1 data CRC, header position, length, stored, computed).
+type Bad = (u8, usize, u64, u32, u32);
+
+#[inline]
+fn header_at(buf: &[u8], pos: usize) -> (u64, u32, u32) {
+    let len_bytes = &buf[pos..pos + 8];
+    let length = u64::from_le_bytes(len_bytes.try_into().unwrap());
+    let stored = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap());
+    (length, stored, masked_crc32c(len_bytes))
+}
+
+/// Where the record whose header is at `pos` ends, if it ends inside `len` bytes.
+#[inline]
+fn record_end(pos: usize, length: u64, len: usize) -> Option<usize> {
+    let end = (pos as u64).checked_add(HEADER as u64)?.checked_add(length)?.checked_add(FOOTER as u64)?;
+    if end <= len as u64 { Some(end as usize) } else { None }
+}
+
+/// Walk the record headers of `buf` from `pos`: the data lengths of up to `limit` records, each
+/// header's length CRC checked (data CRCs are not).
+///
+/// Returns `(lengths, pos, straddles, bad)`: `lengths` as little-endian int64 bytes; `pos` where
+/// the walk stopped (after the last whole record, or at the header of the one that runs past the
+/// buffer's end); `straddles` when that record's header is whole and its length is the last of
+/// `lengths` but its data runs past the end (the caller skips it); `bad` a failed length CRC
+/// `(0, header position, length, stored, computed)` -- the lengths before it are returned.
+#[pyfunction]
+pub fn scan_lengths<'py>(py: Python<'py>, buf: PyBuffer<u8>, pos: usize, limit: usize)
+    -> PyResult<(Bound<'py, PyBytes>, usize, bool, Option<Bad>)> {
+    let b = slice(&buf, "scan_lengths: buffer")?;
+    if pos > b.len() {
+        return Err(PyValueError::new_err(format!("scan_lengths: position {pos} is past the {} bytes", b.len())));
+    }
+    let mut lengths: Vec<u8> = Vec::with_capacity(8 * limit.min(1 << 16));
+    let (mut at, mut count, mut straddles, mut bad) = (pos, 0usize, false, None);
+    while count < limit && at + HEADER <= b.len() {
+        let (length, stored, got) = header_at(b, at);
+        if got != stored {
+            bad = Some((0, at, length, stored, got));
+            break;
+        }
+        lengths.extend_from_slice(&length.to_le_bytes());
+        count += 1;
+        match record_end(at, length, b.len()) {
+            Some(end) => at = end,
+            None => {
+                straddles = true;
+                break;
+            }
+        }
+    }
+    Ok((PyBytes::new(py, &lengths), at, straddles, bad))
+}
+
+/// Read the whole records of `buf` from `pos`: their header positions and data, the length CRC of
+/// each checked, and its data CRC too with `verify`.
+///
+/// Returns `(positions, datas, pos, bad)`: `pos` is where the first record that is not whole in
+/// `buf` starts (the caller reads on from there); `bad` a failed check
+/// `(0 length CRC | 1 data CRC, header position, length, stored, computed)` -- the records
+/// before it are returned.
+#[pyfunction]
+pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, verify: bool)
+    -> PyResult<(Vec<usize>, Vec<Bound<'py, PyBytes>>, usize, Option<Bad>)> {
+    let b = buf.as_bytes();
+    if pos > b.len() {
+        return Err(PyValueError::new_err(format!("scan_records: position {pos} is past the {} bytes", b.len())));
+    }
+    let (mut positions, mut datas) = (Vec::new(), Vec::new());
+    let (mut at, mut bad) = (pos, None);
+    while at + HEADER <= b.len() {
+        let (length, stored, got) = header_at(b, at);
+        if got != stored {
+            bad = Some((0, at, length, stored, got));
+            break;
+        }
+        let Some(end) = record_end(at, length, b.len()) else { break };
+        let data = &b[at + HEADER..end - FOOTER];
+        if verify {
+            let stored = u32::from_le_bytes(b[end - FOOTER..end].try_into().unwrap());
+            let got = masked_crc32c(data);
+            if got != stored {
+                bad = Some((1, at, length, stored, got));
+                break;
+            }
+        }
+        positions.push(at);
+        datas.push(PyBytes::new(py, data));
+        at = end;
+    }
+    Ok((positions, datas, at, bad))
+}

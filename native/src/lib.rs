@@ -1,0 +1,28 @@
+//! `tfrecord_io.core._native`: the compiled record core of tfrecord-io.
+//!
+//! Each function here has a numpy reference implementation in `tfrecord_io/core/` that it must
+//! match byte for byte (`tests/test_native_core.py` checks it); `tfrecord_io/core/native.py`
+//! decides once which of the two runs.  Modules by job:
+//!   crc      masked CRC-32C (TFRecord's checksum)
+//!   framing  framing a batch of records; the header / CRC walk of the readers
+//!   encode   Arrow columns to serialized Example / SequenceExample records
+//!   varint   protobuf varints;  buffers  Python buffers as checked slices
+
+use pyo3::prelude::*;
+
+mod buffers;
+mod crc;
+mod encode;
+mod framing;
+mod varint;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(framing::frame, m)?)?;
+    m.add_function(wrap_pyfunction!(framing::frame_list, m)?)?;
+    m.add_function(wrap_pyfunction!(framing::scan_lengths, m)?)?;
+    m.add_function(wrap_pyfunction!(framing::scan_records, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::encode_examples, m)?)?;
+    m.add_function(wrap_pyfunction!(encode::encode_sequence_examples, m)?)?;
+    Ok(())
+}
