@@ -50,11 +50,36 @@ def apply_credentials(args: argparse.Namespace) -> None:
         credentials.use_keytab(args.principal, args.keytab)
 
 
+def version_lines() -> str:
+    """``tfrecord-io --version``: the package's version, and which record core runs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tfrecord_io.core import native
+
+    try:
+        mine = version("tfrecord-io")
+    except PackageNotFoundError:  # a --py-files zip: no installed metadata
+        mine = "(not installed)"
+    return f"tfrecord-io {mine}\nrecord core: {native.description()}"
+
+
+class _Version(argparse.Action):
+    """``--version``, worked out only when asked for (the record core is chosen on import)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(message=version_lines() + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfrecord-io",
         description="Turn CSV/JSON on HDFS or local disk into TFRecords, and stream them into training.",
     )
+    parser.add_argument("--version", action=_Version,
+                        help="print the version and which record core runs (native Rust, or numpy), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module, help_text in SUBCOMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
