@@ -28,7 +28,7 @@ from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.core.framing import CorruptRecordError
-from tfrecord_io.engines.loader.options import READ_CHUNK_RECORDS
+from tfrecord_io.engines.loader.options import CHUNK_RECORDS
 from tfrecord_io.engines.loader import AUTOTUNE_MIN_CPUS, LoaderOptions, LoaderStats, input_fn, make_dataset, steps_per_epoch
 from tfrecord_io.storage.index import build_index
 from tfrecord_io.storage.schema_io import load_schema
@@ -567,7 +567,7 @@ def test_a_length_past_the_end_of_the_file_is_an_error_not_a_crash(tmp_path, com
 
 def test_skip_mode_keeps_every_record_before_the_bad_one_across_chunks(tmp_path):
     """TF's reader drops the chunk it was filling at a bad record; the loader hands those records on."""
-    n, bad = READ_CHUNK_RECORDS * 2 + 300, READ_CHUNK_RECORDS + 500
+    n, bad = CHUNK_RECORDS * 2 + 300, CHUNK_RECORDS + 500
     path = write_tf(str(tmp_path / "big.tfrecord"), records(0, n))
     offset = corrupt_record(path, bad)
     ds = make_dataset(path, schema=SCHEMA, batch_size=100, shuffle=False, on_corrupt="skip")

@@ -47,8 +47,9 @@ The pipeline, per input pipeline (``input_context``)::
              per segment: its byte ranges (from the index, or a walk), each checked before
                           TensorFlow opens it (below)
                           -> TFRecordDatasetV2 from each range's offset (CRC-checked), chunks of
-                             8,192 records -> end-of-segment check (corruption names the file and
-                             offset; skip mode) -> chunks of 1,024 records for the interleave
+                             1,024 records for the interleave -> end-of-segment check (Python
+                             called at the segment's end only; corruption names the file and
+                             offset; skip mode)
       -> shuffle records in windows of shuffle_buffer (seeded by key, epoch, window) [shuffle=True]
       -> batch (per-replica batch size) BEFORE parsing, per epoch: each epoch yields exactly
          ceil(records / batch) batches

@@ -20,7 +20,7 @@ from tfrecord_io.storage.sources import SourceFile, shard_mismatch
 from tfrecord_io.core.checksum import file_crc32c
 from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize
 from tfrecord_io.storage.fs import local_path
-from tfrecord_io.engines.loader.options import (READ_CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
+from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, FIRST_RANGE_RECORDS, MAX_RANGE_BYTES,
     MAX_RANGE_RECORDS, _LENGTH)
 from tfrecord_io.engines.loader.state import CorruptFile, LoaderStats
 
@@ -293,7 +293,7 @@ class _SegmentChecker:
 
         TF's stream ends at its first bad record and drops the chunk it was filling, so
         ``recovered`` holds the intact records after the ``n`` TF delivered (fewer than
-        READ_CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
+        CHUNK_RECORDS): in skip mode they are handed on, and every record before the bad one is kept.
         """
         if whole:
             stream_bytes = nbytes + RECORD_OVERHEAD * n
@@ -320,7 +320,7 @@ class _SegmentChecker:
                         continue
                     if not whole and k >= first + count:
                         break
-                    if intact >= n and len(tail) < READ_CHUNK_RECORDS:
+                    if intact >= n and len(tail) < CHUNK_RECORDS:
                         tail.append(record)
                     intact += 1
         except CorruptRecordError as e:

@@ -24,9 +24,6 @@ __all__ = ["LoaderOptions"]
 DEFAULT_SHUFFLE_BUFFER = 10_000
 #: Records per chunk read from one file before the interleave moves on to the next file.
 CHUNK_RECORDS = 1024
-#: Records TensorFlow's reader hands on at once within a byte range, each such chunk checked by
-#: one Python call; split into CHUNK_RECORDS before the interleave.
-READ_CHUNK_RECORDS = 8 * CHUNK_RECORDS
 #: A segment's first byte range, in records (the first batch waits for its check only), and
 #: the most records and bytes of any later one.
 FIRST_RANGE_RECORDS = 1024

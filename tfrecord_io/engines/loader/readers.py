@@ -15,7 +15,7 @@ from tfrecord_io.engines.loader.files import _FileTable
 from tfrecord_io.storage.fs import local_path
 from tfrecord_io.engines.loader.offsets import _RecordReader, _Staged
 from tfrecord_io.engines.loader.options import (CHUNK_RECORDS, DEFAULT_CACHED_CYCLE_LENGTH, DEFAULT_CYCLE_LENGTH,
-    GLOBAL_READ_RECORDS, READ_CHUNK_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION,
+    GLOBAL_READ_RECORDS, LoaderOptions, _READ_BUFFER, _SHARDS_PER_CYCLE, _TF_COMPRESSION,
     _usable_cpus)
 from tfrecord_io.engines.loader.plan import _EpochPlan, _Share
 from tfrecord_io.engines.loader.state import LoaderStats
@@ -168,7 +168,7 @@ class _Reader:
             # one) marks the range's end.
             n = tf.numpy_function(self.guard.verify, [path, i, record, n], i64, stateful=False)
             n.set_shape([])
-            chunks = _byte_range(path, compression, start, skip, n).batch(READ_CHUNK_RECORDS).ignore_errors()
+            chunks = _byte_range(path, compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
             return chunks.concatenate(marker)
 
         def check(state, chunk):
@@ -183,29 +183,33 @@ class _Reader:
             got, in_range = got + size, in_range + size
             nbytes = nbytes + tf.reduce_sum(tf.cast(tf.strings.length(chunk), i64))
             ends = tf.logical_not(stopped) & is_marker & (last | ((expected >= 0) & (in_range < expected)))
-            # Called for every chunk (a numpy_function) rather than in a tf.cond (measured: no
-            # cheaper): it checks at the segment's end only and otherwise returns nothing at once.
-            tail = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
-                                     stateful=True)
-            tail.set_shape([None])
+            # Python is called at the segment's end only: a numpy_function on every chunk costs
+            # about 0.2 CPU-s per million records, and more in wall time (the GIL).
+            def at_end():
+                out = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
+                                        stateful=True)
+                out.set_shape([None])
+                return out
+
+            tail = tf.cond(ends, at_end, lambda: tf.zeros([0], tf.string))
             in_range = tf.where(is_marker, tf.constant(0, i64), in_range)
             r = tf.where(is_marker, r + 1, r)
             return (got, nbytes, in_range, stopped | ends, r), tf.concat([chunk, tail], 0)
 
         zero = tf.constant(0, i64)
-        # Checked in chunks of READ_CHUNK_RECORDS (the check's Python call then costs once per
-        # 8,192 records), handed to the interleave in chunks of CHUNK_RECORDS (rebatch: a copy,
-        # no function), so that files still alternate every 1,024 records.
+        # Chunks of CHUNK_RECORDS straight from TensorFlow's batch, so that files alternate every
+        # 1,024 records.  Not read in larger chunks and split with ``rebatch``: a rebatch of
+        # another rebatch's slices (the user's batch size, the shuffle's windows) prints "E0000
+        # ... Tensor RefCount not reliable if buf_ points to a SubBuffer" for each (TF 2.21).
         plain = tf.autograph.experimental.do_not_convert  # (see make_dataset)
         return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records)).flat_map(plain(read_range))
-                .scan((zero, zero, zero, tf.constant(False), zero), plain(check))
-                .rebatch(CHUNK_RECORDS))
+                .scan((zero, zero, zero, tf.constant(False), zero), plain(check)))
 
 
 def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
     """Shuffle records in windows of ``shuffle_buffer``: each window is permuted uniformly.
 
-    Vectorized: one ``stateless_shuffle`` (a gather) per window instead of ``Dataset.shuffle``'s
+    Vectorized: one permutation and one gather per window instead of ``Dataset.shuffle``'s
     per-record work, which would halve the loader's throughput.  Each window holds records read
     consecutively from ``cycle_length`` interleaved files in shuffled file order, so a batch
     samples ``shuffle_buffer`` records around it, as ``Dataset.shuffle(shuffle_buffer)`` does (without
@@ -217,7 +221,12 @@ def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
     base = tf.stack([key, epoch])
 
     def permute(w, window):
-        return tf.random.experimental.stateless_shuffle(window, seed=tf.random.experimental.stateless_fold_in(base, w))
+        # The permutation of positions, then a gather: the same order as ``stateless_shuffle`` of
+        # the window itself, which instead tries to shuffle the window's buffer in place and, as the
+        # window is a slice of a larger read chunk, prints "E0000 ... Tensor RefCount not reliable if
+        # buf_ points to a SubBuffer" twice for each window (TF 2.21).
+        seed = tf.random.experimental.stateless_fold_in(base, w)
+        return tf.gather(window, tf.random.experimental.stateless_shuffle(tf.range(tf.size(window)), seed=seed))
 
     return chunks.rebatch(opts.shuffle_buffer).enumerate().map(
         tf.autograph.experimental.do_not_convert(permute), num_parallel_calls=tf.data.AUTOTUNE,
