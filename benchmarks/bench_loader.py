@@ -27,7 +27,9 @@ First batch: one file of ``--first-batch-rows`` (200,000) rows, uncompressed and
 disk and the uncompressed one on the HDFS, read by ``make_dataset(file, shuffle=False)`` and by
 the hand-tuned pipeline (TensorFlow cannot open hdfs:// here: its HDFS row is against the local
 copy), ``--repeats`` rounds alternating them: the seconds from building the pipeline to its first
-batch, and to the end of the file.
+batch, and to the end of the file.  Cold start: the same first batch from the first pipeline of
+a fresh process (what a training script pays), the 1.5x target; a second pipeline in one process
+pays the loader's build (7 traced functions, then their instantiation) again, shown without a goal.
 
     .venv/bin/python benchmarks/bench_loader.py [--rows 1000000] [--shards 8] [--repeats 7] [--no-hdfs]
 
@@ -570,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"| one file of {args.first_batch_rows:,} rows, median of {args.repeats} rounds, seconds from the "
           f"build | hand-tuned: built | first batch | whole file | ours: built | first batch | whole file | "
-          f"ours / hand-tuned, whole file | first batch, ours / hand-tuned (goal <= 1.5x) |")
+          f"ours / hand-tuned, whole file | first batch, ours / hand-tuned (a second pipeline: no goal) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in dict.fromkeys(k.split("|")[0] for k in firsts):
         tuned, mine = firsts[f"{name}|hand-tuned"], firsts[f"{name}|ours"]
@@ -583,13 +585,15 @@ def main(argv: list[str] | None = None) -> int:
               + f" | {speed:.2f}x | {later:.2f}x |")
     print()
     print(f"| cold start: the first pipeline of a fresh process, one file of {args.first_batch_rows:,} rows, "
-          f"median of {args.repeats} processes | built | first batch | first batch, ours / hand-tuned |")
+          f"median of {args.repeats} processes | built | first batch | first batch, ours / hand-tuned (goal <= 1.5x) |")
     print("| --- | ---: | ---: | ---: |")
     cold_hand = float(np.median([c["first"] for c in colds["hand-tuned"]]))
     for who in ("hand-tuned", "ours"):
         built = float(np.median([c["built"] for c in colds[who]]))
         first = float(np.median([c["first"] for c in colds[who]]))
-        print(f"| {who} | {built:.3f} | {first:.3f} | {first / cold_hand:.2f}x |")
+        verdict = "" if who == "hand-tuned" else (" PASS" if first / cold_hand <= 1.5 else " MISS")
+        missed += verdict.strip() == "MISS"
+        print(f"| {who} | {built:.3f} | {first:.3f} | {first / cold_hand:.2f}x{verdict} |")
     if tmp is not None:
         tmp.cleanup()
     return 1 if (missed and args.strict) else 0
