@@ -24,6 +24,9 @@ MLlib vector (``VectorUDT``, dense or sparse)   ``float`` ``[-1]``           the
 map, array<struct>, null                        refused before any task, naming the column and the cast that works
 ==============================================  ===========================  ============================
 
+A schema feature that gathers columns (``columns:``, :mod:`tfrecord_io.conversion.gather`) takes N
+scalar numeric columns of the table above (each converted as its row says) into one ``[N]`` list.
+
 :func:`column_plan` decides, on the driver, where each feature's values come from (a column, or a
 field of a struct) and how they are converted; :meth:`ColumnSource.extract` applies it to the Arrow
 batches the executors get.  Spark's types are imported here only when a function needs them.
@@ -37,10 +40,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrecord_io.conversion.gather import gather, null_cell_reasons
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
 
 __all__ = ["SPARK_TYPES", "SparkType", "ColumnSource", "WriteTypes", "check_column_types", "column_plan",
-           "leaf_columns", "schema_from_spark"]
+           "gathered_reasons", "leaf_columns", "schema_from_spark"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,9 @@ def check_column_types(schema: Schema, struct, where: str, schema_name: str = "t
     types = {name: dt for name, _, dt in leaf_columns(struct)}
     steps = {f.name for f in schema.sequence}
     for f in schema.input_features:
+        if f.gathered:
+            _check_gathered_types(f, types, where, schema_name)
+            continue
         dt = types.get(f.name)
         if dt is None:  # allowed missing: null in every row
             continue
@@ -194,6 +201,20 @@ def check_column_types(schema: Schema, struct, where: str, schema_name: str = "t
                               f"{want}{shape} in {schema_name}: cast the column, or change the feature's type")
 
 
+def _check_gathered_types(f: Feature, types: dict, where: str, schema_name: str) -> None:
+    """Each column a gathered feature reads is a scalar column its type takes."""
+    from pyspark.sql import types as T
+
+    for c in f.columns:
+        dt = types.get(c)
+        if dt is None:  # allowed missing: null in every row
+            continue
+        if _is_vector(dt) or isinstance(dt, T.ArrayType) or type(dt).__name__ not in SPARK_TYPES[f.type].written_from:
+            raise SchemaError(f"column {c!r} of {where} is {dt.simpleString()}, and feature {f.name!r} gathers "
+                              f"{f.type} columns (shape {list(f.shape)}) in {schema_name}: cast the column, or "
+                              f"leave it out of the feature's columns")
+
+
 # ---------------------------------------------------------------------------------------------
 # Executors: Arrow columns -> the encoder's columns
 # ---------------------------------------------------------------------------------------------
@@ -203,15 +224,25 @@ class ColumnSource:
 
     path: the column, then struct fields; convert: ``"cast"`` (to the feature's Arrow type),
     ``"days"`` (date32), ``"epoch"`` (a timestamp, in ``unit``), ``"decimal"`` (to float or its
-    text), ``"vector"`` (an MLlib vector to its dense values).
+    text), ``"vector"`` (an MLlib vector to its dense values), ``"gather"`` (a gathered feature:
+    ``parts`` are its N columns' sources, ``gathered`` the feature).
     """
 
     feature: str
     path: tuple[str, ...]
     convert: str = "cast"
     unit: str = "us"
+    parts: tuple["ColumnSource", ...] = ()
+    gathered: Feature | None = None
+
+    def _parts(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        scalar = pa.int64() if self.gathered.type == "int64" else pa.float32()
+        return [p.extract(batch, scalar) for p in self.parts]
 
     def extract(self, batch: pa.RecordBatch, target: pa.DataType) -> pa.Array:
+        if self.gathered is not None:
+            lists, _ = gather(self._parts(batch), self.gathered, batch.num_rows)
+            return lists if lists.type == target else lists.cast(target)
         i = batch.schema.get_field_index(self.path[0])
         if i < 0:  # a feature the DataFrame lacks (allowMissingColumns): null in every row
             return pa.nulls(batch.num_rows, target)
@@ -233,6 +264,21 @@ class ColumnSource:
                 values = values.cast(pa.timestamp(self.unit, values.type.tz), safe=False)  # truncates
             return values.cast(pa.int64())
         return values.cast(pa.string()) if self.convert == "decimal-string" else values.cast(pa.float64())
+
+
+def gathered_reasons(batch: pa.RecordBatch, sources: tuple[ColumnSource, ...]) -> dict[int, str]:
+    """``{row: reason}`` of the rows of ``batch`` that a null cell of a gathered feature rejects,
+    naming the column (:func:`tfrecord_io.conversion.gather.null_cell_reasons`)."""
+    out: dict[int, str] = {}
+    for src in sources:
+        if src.gathered is None or src.gathered.default is not None:
+            continue
+        parts = src._parts(batch)
+        valid = np.stack([p.is_valid().to_numpy(zero_copy_only=False) for p in parts], axis=1) if parts else \
+            np.zeros((batch.num_rows, 0), bool)
+        for i, why in null_cell_reasons(valid, src.gathered).items():
+            out.setdefault(i, why)
+    return out
 
 
 def _elementwise(arr: pa.Array, fn) -> pa.Array:
@@ -274,8 +320,9 @@ def column_plan(struct, schema: Schema, types: WriteTypes = WriteTypes()) -> tup
     leaves = {name: (path, dt) for name, path, dt in leaf_columns(struct)}
     unit = TIMESTAMP_UNITS[types.timestamp_unit]
     plan = []
-    for f in schema.input_features:
-        path, dt = leaves.get(f.name, ((f.name,), None))
+
+    def source(name: str, f: Feature) -> ColumnSource:
+        path, dt = leaves.get(name, ((name,), None))
         inner = dt
         while isinstance(inner, T.ArrayType):
             inner = inner.elementType
@@ -290,5 +337,11 @@ def column_plan(struct, schema: Schema, types: WriteTypes = WriteTypes()) -> tup
             convert = "decimal-string" if f.type == "string" else "decimal"
         else:
             convert = "cast"
-        plan.append(ColumnSource(f.name, path, convert, unit))
+        return ColumnSource(name, path, convert, unit)
+
+    for f in schema.input_features:
+        if f.gathered:
+            plan.append(ColumnSource(f.name, (), "gather", unit, tuple(source(c, f) for c in f.columns), f))
+        else:
+            plan.append(source(f.name, f))
     return tuple(plan)

@@ -81,7 +81,7 @@ from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, check_compressio
 from tfrecord_io.core.schema import Feature, Schema, SchemaError
 from tfrecord_io.engines.reader_options import check_feature_names
 from tfrecord_io.engines.spark_columns import (SPARK_TYPES, ColumnSource, WriteTypes, check_column_types,
-                                               column_plan, leaf_columns, schema_from_spark)
+                                               column_plan, gathered_reasons, leaf_columns, schema_from_spark)
 from tfrecord_io.storage import fs, lease, output
 from tfrecord_io.storage.permissions import Permissions, parse_umask
 from tfrecord_io.storage.partitions import (check_partition_columns, parse_partition_path, partition_codes, prune,
@@ -179,6 +179,8 @@ class _Writer(DataSourceArrowWriter):
                 counts["input_rows"] += batch.num_rows
                 typed = self._typed(batch)
                 errors = codec.row_errors(typed, self.schema)
+                for i, why in gathered_reasons(batch, self.columns).items():  # a null cell, naming its column
+                    errors[i] = why
                 encoded = None
                 which = None
                 if self.splits is not None:
@@ -399,6 +401,8 @@ class TFRecordDataSource(DataSource):
                                   f"record_type is {tf_schema.record_type}")
             features = {f.name for f in tf_schema.input_features}
             in_frame = [name for name, _, _ in leaf_columns(schema) if name in features or name not in w.partition_by]
+            tf_schema = columns.resolve_patterns(tf_schema, {"the DataFrame": in_frame}, input_format="table",
+                                                 schema_name=w.schema_name)
             columns.check_columns(tf_schema, {"the DataFrame": in_frame},
                                   input_format="table",
                                   allow_missing=w.allow_missing_columns, ignore_extra=w.ignore_extra_columns,
@@ -674,12 +678,15 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
         raise FileNotFoundError(f"cannot read {fmt} input {','.join(options.inputs)}: {worker_error(e)}") from e
     where = f"the {fmt} input"
     leaves = {name: path for name, path, _ in leaf_columns(df.schema)}
+    schema = columns.resolve_patterns(schema, {where: list(leaves)}, input_format="table",
+                                      schema_name=options.schema_name)
     columns.check_columns(schema, {where: list(leaves)}, input_format="table",
                           allow_missing=options.allow_missing_columns, ignore_extra=options.ignore_extra_columns,
                           schema_name=options.schema_name)
     check_column_types(schema, df.schema, where, options.schema_name)
-    selected = df.select(*[F.col(".".join(_quoted(p) for p in leaves[f.name])).alias(f.name) if f.name in leaves
-                           else F.lit(None).cast(spark_type(f)).alias(f.name) for f in schema.features])
+    selected = df.select(*[F.col(".".join(_quoted(p) for p in leaves[c])).alias(c) if c in leaves
+                           else F.lit(None).cast(spark_type(f)).alias(f.name)
+                           for f in schema.features for c in f.source_columns if c in leaves or not f.gathered])
     files = df.inputFiles()
     input_bytes = sum(fs.size(u) for u in files) if files else 0
     plan.prepare_output(input_paths=files)
