@@ -18,6 +18,9 @@ What it builds, per feature of the schema (or of ``features=``; the label is lef
   an ``int64`` feature with at most ``max_categories`` distinct values is a category instead
   (``IntegerLookup``, one-hot), as are ``string`` / ``bytes`` features (``StringLookup``,
   one-hot, the ``max_categories`` most frequent values plus one out-of-vocabulary slot);
+* a feature that gathers a wide table's columns (``columns:`` in the schema, ``[N]``): one
+  ``keras.Input(shape=(N,))`` and one ``Normalization`` with each column's own mean and variance
+  (from the sample; ``stats=`` has one per feature, used for every column), never a category;
 * the preprocessed features concatenated into one float tensor, ``encoded``.
 
 The task decides the head, and it is never guessed in silence: ``task=`` (or ``task:`` in the
@@ -330,6 +333,9 @@ def _label_range(entry: dict | None, values: np.ndarray | None) -> tuple[int | N
 def _preprocess(f: Feature, x, entry: dict | None, values: np.ndarray | None, max_categories: int):
     import keras
 
+    if f.gathered:
+        return _normalize_columns(f, x, entry, values)
+
     if f.type in ("string", "bytes"):
         vocab = _stat_top(entry, max_categories) if entry else None
         if vocab is None:
@@ -357,3 +363,24 @@ def _preprocess(f: Feature, x, entry: dict | None, values: np.ndarray | None, ma
         mean, var = 0.0, 1.0
     # (Normalization casts an int64 input to float32 itself)
     return keras.layers.Normalization(mean=mean, variance=var if var > 0 else 1.0, name=f"{f.name}_norm")(x)
+
+
+def _normalize_columns(f: Feature, x, entry: dict | None, values: np.ndarray | None):
+    """A gathered feature's ``[N]`` values, each column normalized by its own mean and variance."""
+    import keras
+
+    k = f.fixed_length
+    mean, var = np.zeros(k), np.ones(k)
+    if values is not None and values.size:
+        rows = values.astype(np.float64).reshape(-1, k)
+        finite = np.isfinite(rows)
+        counts = finite.sum(axis=0)
+        safe = np.where(finite, rows, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = safe.sum(axis=0) / counts
+            v = (np.where(finite, rows - m, 0.0) ** 2).sum(axis=0) / counts
+        mean, var = np.where(counts > 0, m, 0.0), np.where((counts > 0) & (v > 0), v, 1.0)
+    elif entry is not None and entry.get("numbers", {}).get("mean") is not None:
+        mean = np.full(k, float(entry["numbers"]["mean"]))
+        var = np.full(k, float(entry["numbers"]["std"]) ** 2 or 1.0)
+    return keras.layers.Normalization(axis=-1, mean=mean, variance=var, name=f"{f.name}_norm")(x)
