@@ -18,6 +18,10 @@ Data: N rows (default 1,000,000) x 17 columns of the demo schema ``conf/taxi.yam
                             HDFS's default 128 MiB blocks), streamed through the bounded
                             shard cache
 
+TFX's shards: the same records written again as gzip shards by TensorFlow's own writer, named and
+laid out as TFX's ExampleGen writes them (no manifest, no index: the loader gets ``schema=``), read by
+the hand-tuned pipeline with ``compression_type="GZIP"`` and by ``make_dataset(shuffle=False)``.
+
 Every pipeline reads every row once and yields parsed batches of ``--batch-size`` (1024).  The
 fast pipelines run ``--repeats`` times (round-robin, after a warm-up on one shard); the best run
 counts.  Row counts and column checksums must agree across pipelines before anything is
@@ -162,7 +166,25 @@ def queue_runner(csv_files: list[str], batch_size: int, read_up_to: bool) -> tup
     return sums.result()
 
 
-def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False, shuffle: int = 0) -> tuple[int, tuple]:
+def tfx_shards(tfrecords: list[str], work: Path) -> str:
+    """The same records as gzip shards the way TFX's ExampleGen writes them: TensorFlow's own
+    writer, ``data_tfrecord-0000k-of-0000n.gz``, no manifest and no index (a directory others wrote)."""
+    import tensorflow as tf
+
+    from tfrecord_io.core.framing import read_records
+
+    out = work / "tfx" / "Split-train"
+    out.mkdir(parents=True, exist_ok=True)
+    for k, path in enumerate(tfrecords):
+        name = out / f"data_tfrecord-{k:05d}-of-{len(tfrecords):05d}.gz"
+        with open(path, "rb") as fh, tf.io.TFRecordWriter(str(name), options="GZIP") as w:
+            for record in read_records(fh, name=path):
+                w.write(record)
+    return str(out)
+
+
+def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False, shuffle: int = 0,
+               compression: str = "") -> tuple[int, tuple]:
     """The README's ten lines; ``shuffle``: with ``Dataset.shuffle(shuffle)`` of the records first
     (what a user adds to shuffle by hand: the baseline for the loader's default shuffle)."""
     import tensorflow as tf
@@ -171,7 +193,8 @@ def hand_tuned(files: list[str], batch_size: int, parallel_reads: bool = False, 
     from tfrecord_io.engines.loader import parse_spec
 
     spec = parse_spec(taxi_schema())
-    ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE if parallel_reads else None)
+    ds = tf.data.TFRecordDataset(files, compression_type=compression,
+                                 num_parallel_reads=tf.data.AUTOTUNE if parallel_reads else None)
     if shuffle:
         ds = ds.shuffle(shuffle, seed=0)
     ds = (ds.batch(batch_size)
@@ -411,7 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     csv_files, out = write_data(work, args.rows, args.shards)
     tfrecords = sorted(str(p) for p in Path(out).glob("part-*.tfrecord"))
     size_mb = sum(os.path.getsize(f) for f in tfrecords) / 2**20
-    print(f"  data written in {time.perf_counter() - t:.1f}s: {size_mb:.0f} MiB of TFRecords", flush=True)
+    tfx = tfx_shards(tfrecords, work)
+    tfx_files = sorted(str(p) for p in Path(tfx).glob("*.gz"))
+    print(f"  data written in {time.perf_counter() - t:.1f}s: {size_mb:.0f} MiB of TFRecords, and the same "
+          f"as {len(tfx_files)} gzip shards as TFX writes them", flush=True)
+    taxi_yaml = str(Path(__file__).resolve().parent.parent / "conf" / "taxi.yaml")
 
     cluster = None
     results: dict[str, list[float]] = {}
@@ -425,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
             "ours, local (default shuffle)": lambda: timed(ours, out, args.batch_size, seed=0),
             "hand-tuned tf.data + shuffle(10,000)": lambda: timed(hand_tuned, tfrecords, args.batch_size,
                                                                  shuffle=10_000),
+            "hand-tuned tf.data, TFX gzip shards": lambda: timed(hand_tuned, tfx_files, args.batch_size,
+                                                                compression="GZIP"),
+            "ours, TFX gzip shards (shuffle=False)": lambda: timed(ours, tfx + "/*.gz", args.batch_size, shuffle=False,
+                                                                   schema=taxi_yaml),
         }
         if not args.no_hdfs:
             from tfrecord_io.storage import fs
@@ -448,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print("  warm-up (one shard each) ...", flush=True)
         hand_tuned(tfrecords[:1], args.batch_size)
-        ours(tfrecords[:1], args.batch_size, schema=str(Path(__file__).resolve().parent.parent / "conf" / "taxi.yaml"))
+        ours(tfrecords[:1], args.batch_size, schema=taxi_yaml)
 
         for name, fn in [("seed-era queue runner", lambda: timed(queue_runner, csv_files, args.batch_size, False)),
                          ("queue runner read_up_to", lambda: timed(queue_runner, csv_files, args.batch_size, True)),
@@ -526,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         ("ours (local, shuffle=False) vs hand-tuned tf.data", local / hand,
          paired("ours, local (shuffle=False)", "hand-tuned tf.data"), 0.95),
     ]
+    targets.append(("ours vs hand-tuned tf.data on TFX's gzip shards (no manifest, no index; shuffle=False)",
+                    best["ours, TFX gzip shards (shuffle=False)"] / best["hand-tuned tf.data, TFX gzip shards"],
+                    paired("ours, TFX gzip shards (shuffle=False)", "hand-tuned tf.data, TFX gzip shards"), 0.95))
     targets.append(("ours (local, default shuffle) vs hand-tuned tf.data + shuffle(10,000)",
                     best["ours, local (default shuffle)"] / best["hand-tuned tf.data + shuffle(10,000)"],
                     paired("ours, local (default shuffle)", "hand-tuned tf.data + shuffle(10,000)"), None))
