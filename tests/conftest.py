@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-from helpers import QUICK_JVM, REPO, spark_conf, spark_submit, tfrecord_io_cli
+from hypothesis import settings
+
+from helpers import CHECK_PROFILE, QUICK_JVM, REPO, spark_conf, spark_submit, tfrecord_io_cli
 
 pytest_plugins = ["cluster_fixtures"]
 
@@ -29,6 +31,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Every Spark driver JVM (the session's, spark-submit's, the CLI's) with the quick compiler only
 # (helpers.QUICK_JVM); a test that sets SPARK_SUBMIT_OPTS itself (Kerberos) replaces it.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
+
+settings.register_profile(CHECK_PROFILE, max_examples=25)
+
+
+def pytest_configure(config):
+    """The fast tier (``-m "... not slow"``, as ``make check`` runs it) runs each Hypothesis property
+    on a share of its examples (:func:`helpers.examples`), unless a profile is asked for."""
+    if "not slow" in (config.getoption("markexpr") or "") and not config.getoption("--hypothesis-profile", None):
+        settings.load_profile(CHECK_PROFILE)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,8 @@ readers that check the outputs.
 * inputs: the Beam tests' example CSV (:data:`EXAMPLE_SCHEMA`, :func:`example_rows`,
   :func:`write_example_csv`) and sessions (:data:`SESSIONS_SCHEMA`, :func:`session_lines`); the Spark
   tests' corpus (:data:`CORPUS`, :data:`CORPUS_SCHEMA`, :func:`corpus_rows`, :func:`write_corpus_csv`,
-  :func:`expected_values`, :func:`corpus_table`).
+  :func:`expected_values`, :func:`corpus_table`);
+* Hypothesis: :func:`examples`, a property's ``max_examples`` in the tier that runs it.
 
 Fixtures live in ``conftest.py`` and ``cluster_fixtures.py``; this module defines none.
 """
@@ -50,6 +51,21 @@ FNAPI = ["--runner=FnApiRunner"]
 #: 15 s of CPU, 9 s with C1 only).  tests/conftest.py puts it in SPARK_SUBMIT_OPTS (the drivers);
 #: :func:`spark_conf` gives it to executors.  It changes how fast the JVM runs, nothing it does.
 QUICK_JVM = "-XX:TieredStopAtLevel=1"
+
+
+#: The Hypothesis profile of the fast tier (``make check``, ``-m "... not slow"``; tests/conftest.py
+#: loads it): each property runs :data:`CHECK_SHARE` of its examples there, all of them in ``make test``.
+CHECK_PROFILE = "check"
+CHECK_SHARE = 4
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a property that runs ``n`` examples in the whole suite: ``n //
+    CHECK_SHARE`` (at least 5) in the fast tier, whose every property still runs on each commit;
+    ``make test`` (and ``--hypothesis-profile=default``) runs all ``n``."""
+    from hypothesis import settings
+
+    return max(5, n // CHECK_SHARE) if settings.get_current_profile_name() == CHECK_PROFILE else n
 
 
 def spark_conf() -> dict[str, str]:

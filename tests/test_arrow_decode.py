@@ -21,6 +21,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from record_strategies import (
     ANY_NAMES, I64_MAX, I64_MIN, TYPES, batch_of, damaged, feature_messages, ld, schema_and_rows, schema_of,
     sequence_batch, sequence_schema_and_groups, varint,
@@ -237,7 +238,7 @@ def test_columns_are_the_requested_ones_in_order_with_the_schemas_types():
 # ---------------------------------------------------------------------------------------
 # Property: random schemas and rows -> encode -> decode == the rows == TensorFlow's parse
 # ---------------------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows(names=ANY_NAMES, max_rows=30))
 def test_random_examples_decode_to_their_rows_and_to_tensorflows_parse(data):
     schema, rows = data
@@ -250,7 +251,7 @@ def test_random_examples_decode_to_their_rows_and_to_tensorflows_parse(data):
         assert as_tf_reads(f, got[f.name]) == want_tf[f.name], f.name
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence_schema_and_groups())
 def test_random_sequence_examples_decode_to_their_groups_and_to_tensorflows_parse(data):
     schema, groups = data
@@ -586,7 +587,7 @@ def test_what_protobuf_accepts_in_a_feature_not_asked_for_leaves_the_asked_ones_
     assert decoded(records, schema, features=["x"])["x"] == [bits(0.25)] * 3 + [bits(0.5)]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(feature_messages(), st.booleans()), min_size=1, max_size=8), TYPES)
 def test_a_pruned_read_refuses_the_random_features_not_asked_for_that_the_full_read_refuses(ys, y_type):
     schema = schema_of(Feature("x", "float"), Feature("y", y_type, shape=(-1,)))
@@ -597,7 +598,7 @@ def test_a_pruned_read_refuses_the_random_features_not_asked_for_that_the_full_r
     assert_pruned_read_is_the_full_read(records, schema, ["x"])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows(max_rows=12), st.data())
 def test_a_pruned_read_of_random_records_is_the_full_read_restricted(data, draw):
     schema, rows = data
@@ -608,7 +609,7 @@ def test_a_pruned_read_of_random_records_is_the_full_read_restricted(data, draw)
     assert_pruned_read_is_the_full_read(records, schema, asked)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence_schema_and_groups(), st.data())
 def test_a_pruned_read_of_random_sequences_is_the_full_read_restricted(data, draw):
     schema, groups = data

@@ -11,6 +11,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from record_strategies import I64_MAX, I64_MIN, batch_of, schema_and_rows, schema_of
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.schema import Feature, Schema
@@ -186,7 +187,7 @@ def test_encoder_pickles():
 # ---------------------------------------------------------------------------------------
 # Property-based: random schemas and batches against the slow way
 # ---------------------------------------------------------------------------------------
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows())
 def test_matches_slow_path(data):
     schema, rows = data
@@ -278,7 +279,7 @@ def _as_written(f: Feature, v):
     return [one(x) for x in v] if isinstance(v, list) else [one(v)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows())
 def test_encode_then_decode_gives_the_input_back(data):
     import numpy as np
@@ -305,7 +306,7 @@ def test_encode_then_decode_gives_the_input_back(data):
             assert got == _as_written(f, value), (f.name, value, got)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows())
 def test_row_errors_flag_exactly_the_rows_the_rules_refuse(data):
     schema, rows = data
@@ -319,7 +320,7 @@ def test_row_errors_flag_exactly_the_rows_the_rules_refuse(data):
             assert any(f"'{name}'" in error for name in broken)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.fixed_dictionaries({
     "session": st.text(max_size=6), "user": st.one_of(st.none(), st.integers(I64_MIN, I64_MAX)),
     "steps": st.lists(st.tuples(st.integers(I64_MIN, I64_MAX), st.floats(width=32, allow_nan=False),

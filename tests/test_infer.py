@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from tfrecord_io.commands.infer import infer_columns, schema_yaml
 from tfrecord_io.core.schema import CsvOptions, Schema
 
@@ -144,7 +145,7 @@ def _write_jsonl(path: Path, names, kinds, rows) -> None:
             fh.write(json.dumps(obj) + "\n")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=True)
 @given(table=_table(), fmt=st.sampled_from(["csv", "json"]))
 def test_inferred_schema_converts_its_own_data_with_zero_rejects_on_beam(tmp_path_factory, table, fmt):

@@ -201,32 +201,50 @@ def test_a_previous_output_that_cannot_be_deleted_after_the_commit_is_named_and_
 
 
 KILLED_AT_STEP = textwrap.dedent("""
-    import os, signal, sys
-    sys.path.insert(0, sys.argv[2])
+    import json, os, signal, sys
+    sys.path.insert(0, sys.argv[1])
     from test_overwrite import batch, SCHEMA
     from tfrecord_io.storage import fs, output
-    out, n, kill_at = sys.argv[1], 40, int(sys.argv[3])
-    output.prepare_output(out, overwrite=True)
-    files = [output.write_shard([batch(5000 + 10 * k, 10)], out, "a", output.shard_name(k, n), "none")
-             for k in range(n)]
-    steps = 0
 
-    def step(fn):
-        def counted(*args, **kwargs):
-            global steps
-            steps += 1
-            if steps == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)  # a real kill, at this step of the commit
-            return fn(*args, **kwargs)
-        return counted
+    def commit(out, kill_at, n=40):
+        output.prepare_output(out, overwrite=True)
+        files = [output.write_shard([batch(5000 + 10 * k, 10)], out, "a", output.shard_name(k, n), "none")
+                 for k in range(n)]
+        steps = 0
 
-    for name in ("rename", "delete", "makedirs"):
-        setattr(fs, name, step(getattr(fs, name)))
-    real_open = fs.open
-    fs.open = lambda uri, mode="rb": (step(real_open) if mode != "rb" else real_open)(uri, mode)
-    output.commit(out, files, [], output.ConversionTotals(10 * n, 10 * n, 0), schema=SCHEMA,
-                  compression="none", engine="test")
-    print(steps, flush=True)
+        def step(fn):
+            def counted(*args, **kwargs):
+                nonlocal steps
+                steps += 1
+                if steps == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)  # a real kill, at this step of the commit
+                return fn(*args, **kwargs)
+            return counted
+
+        for name in ("rename", "delete", "makedirs"):
+            setattr(fs, name, step(getattr(fs, name)))
+        real_open = fs.open
+        fs.open = lambda uri, mode="rb": (step(real_open) if mode != "rb" else real_open)(uri, mode)
+        output.commit(out, files, [], output.ConversionTotals(10 * n, 10 * n, 0), schema=SCHEMA,
+                      compression="none", engine="test")
+        return steps
+
+    # One start-up for all the runs: each commit in a child of its own, forked before this process
+    # has done anything but import; the child's exit status is the commit's (-9: killed).
+    results = []
+    for out, kill_at in json.loads(sys.argv[2]):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.write(write, str(commit(out, kill_at)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            said = pipe.read()
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        results.append({"returncode": status, "steps": int(said) if said else None})
+    print(json.dumps(results), flush=True)
 """)
 
 
@@ -235,20 +253,25 @@ def test_a_kill_at_any_step_of_the_commit_leaves_an_output_or_says_how_to_finish
     one (every phase: setting the old aside, moving the new in, the manifest, _SUCCESS, the
     cleanup): each time the output is the old one or the new one, whole, or the next run without
     --overwrite refuses naming the cut commit; and the next run with it finishes."""
-    def run(out: Path, kill_at: int) -> subprocess.CompletedProcess:
-        write(out, 50, per_shard=5)  # 250 records; the new output has 400
-        return subprocess.run([sys.executable, "-c", KILLED_AT_STEP, str(out), str(Path(__file__).parent),
-                               str(kill_at)], capture_output=True, text=True, timeout=300)
+    def run(runs: list[tuple[Path, int]]) -> list[dict]:
+        """Each (output, step) in a commit of its own, killed at that step (0: never)."""
+        for out, _ in runs:
+            write(out, 50, per_shard=5)  # 250 records; the new output has 400
+        proc = subprocess.run([sys.executable, "-c", KILLED_AT_STEP, str(Path(__file__).parent),
+                               json.dumps([(str(out), kill_at) for out, kill_at in runs])],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.splitlines()[-1])
 
-    whole = run(tmp_path / "whole", 0)
-    assert whole.returncode == 0, whole.stderr
-    total = int(whole.stdout.split()[-1])  # the steps of an uncut commit: 52 aside + 40 in + 2 files + ...
+    [whole] = run([(tmp_path / "whole", 0)])
+    assert whole["returncode"] == 0, whole
+    total = whole["steps"]  # the steps of an uncut commit: 52 aside + 40 in + 2 files + ...
     assert total > 90, total
     seen = {}
-    for kill_at in sorted({1, 2, 3, 27, 52, 53, 54, 75, total - 4, total - 3, total - 2, total - 1, total}):
+    kill_ats = sorted({1, 2, 3, 27, 52, 53, 54, 75, total - 4, total - 3, total - 2, total - 1, total})
+    for kill_at, proc in zip(kill_ats, run([(tmp_path / f"out{k}", k) for k in kill_ats]), strict=True):
         out = tmp_path / f"out{kill_at}"
-        proc = run(out, kill_at)
-        assert proc.returncode == -signal.SIGKILL, (kill_at, proc.returncode, proc.stderr[-2000:])
+        assert proc["returncode"] == -signal.SIGKILL, (kill_at, proc)
         if (out / output.SUCCESS).exists():
             records = json.loads((out / output.MANIFEST).read_text())["totals"]["records"]
             result = verify_source(resolve_source(str(out)))

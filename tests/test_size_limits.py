@@ -407,9 +407,12 @@ def _beam_cli(tmp_path: Path, inp: Path, fmt: str, *extra: str) -> tuple[int, st
     return proc.returncode, err_path.read_text(), peak, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_beam_fails_at_the_limit_within_seconds_in_bounded_memory(long_lines, tmp_path):
     """The Beam pipeline as ``tfrecord-io convert --engine beam`` runs it, on the 1 GiB lines: it fails
-    within seconds, its peak RSS that of a small conversion plus about the limit (twice, at most)."""
+    within seconds, its peak RSS that of a small conversion plus about the limit (twice, at most).
+    Three conversions of about 17 s in all: ``slow``; the fast tier has the parser's own limit and
+    memory on the same lines (test_a_long_line_in_a_small_gz_fails_at_the_limit_naming_file_line_and_limit)."""
     small = tmp_path / "small"
     small.mkdir()
     (small / "t.json").write_bytes(b'{"id": 1, "s": "a"}\n{"id": 2, "s": "b"}\n')
