@@ -244,9 +244,9 @@ def worker_pool(tmp_path):
     import socket
     import time
 
-    from tfrecord_io.clusters.flink import _free_ports
+    from tfrecord_io.clusters.flink.job_server import free_ports
 
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     log = open(tmp_path / "worker-pool.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
