@@ -332,3 +332,40 @@ def test_keras_inputs_normalizes_each_gathered_column_and_trains(wide):
     head = keras.Model(prep.inputs, prep.output_layer()(keras.layers.Dense(4)(prep.encoded)))
     head.compile("adam", loss=prep.loss)
     head.fit(prep.dataset(batch_size=16), epochs=1, verbose=0)
+
+
+def test_json_keys_gather_as_csv_columns_do(tmp_path):
+    schema = schema_of(ID, {"name": "x", "type": "float", "shape": [3], "columns": {"pattern": "x_*"}})
+    lines = [{"id": 1, "x_0": 1, "x_1": 2, "x_2": 3}, {"id": 2, "x_0": "abc", "x_1": 2, "x_2": 3},
+             {"id": 3, "x_1": 2, "x_2": 3}, {"id": 4}, {"id": 5, "x_0": [1], "x_1": 2, "x_2": 3},
+             {"id": 6, "x_2": 0.5, "x_0": 1e3, "x_1": "NaN"}]
+    path = tmp_path / "wide.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "schema.yaml").write_text(schema.to_yaml())
+    out = str(tmp_path / "out")
+    convert("beam", None, str(path), "json", str(tmp_path / "schema.yaml"), out)
+    assert output.read_manifest(out)["totals"] == {"input_rows": 6, "records": 3, "rejected": 3}
+    assert sorted((r["line"], r["reason"]) for r in rejects_of(out)) == [
+        (2, "feature 'x': expected a number in column 'x_0', got 'abc'"),
+        (3, "feature 'x': column 'x_0' is null, and the feature has no default"),
+        (5, "feature 'x': column 'x_0': expected a single value, got [1]")]
+    from tfrecord_io import make_dataset
+
+    assert output.read_manifest(out)["present"] == {"id": 3, "x": 2}  # id 4: all null, left out
+    with_default = schema_of(ID, {"name": "x", "type": "float", "default": -1, "columns": ["x_0", "x_1", "x_2"]})
+    got = {int(i): list(x) for b in make_dataset(out, schema=with_default, batch_size=8, shuffle=False)
+           for i, x in zip(b["id"].numpy(), b["x"].numpy())}
+    assert got[1] == [1, 2, 3] and got[6][0] == 1000 and np.isnan(got[6][1]) and got[6][2] == 0.5
+    assert got[4] == [-1, -1, -1]
+
+
+def test_infer_schema_proposes_it_for_json_keys_too(tmp_path):
+    path = tmp_path / "wide.jsonl"
+    path.write_text("".join(json.dumps({"id": i, **{f"k{j}": i * j * 0.5 for j in range(N)}}) + "\n"
+                            for i in range(5)))
+    schema = Schema.from_yaml(schema_yaml(infer_columns(str(path), "json"), "json", CsvOptions(), 1000))
+    assert [(f.name, f.type, f.shape) for f in schema.features] == [("id", "int64", None), ("k", "float", (N,))]
+    (tmp_path / "schema.yaml").write_text(schema.to_yaml())
+    out = str(tmp_path / "out")
+    convert("beam", None, str(path), "json", str(tmp_path / "schema.yaml"), out)
+    assert output.read_manifest(out)["totals"]["records"] == 5

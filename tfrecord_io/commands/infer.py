@@ -322,7 +322,7 @@ def schema_yaml(columns: list[_Column], input_format: str, csv_options: CsvOptio
     """The proposed schema as commented YAML (valid input to ``Schema.from_yaml``); ``gather``:
     propose runs of numbered numeric columns as gathered features (:func:`find_runs`)."""
     read = rows_read(columns)
-    runs = {id(r.columns[0]): r for r in find_runs(columns)} if gather and input_format != "json" else {}
+    runs = {id(r.columns[0]): r for r in find_runs(columns)} if gather else {}
     in_run = {id(c) for r in runs.values() for c in r.columns}
     if input_format in ("parquet", "orc"):
         source = f"the {input_format} file's own schema"

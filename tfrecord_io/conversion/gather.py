@@ -1,8 +1,9 @@
 """A gathered feature's N input columns -> its ``[N]`` lists: the one rule for every engine.
 
 A feature with ``columns:`` in the schema (:attr:`tfrecord_io.core.schema.Feature.columns`)
-reads one number from each of N input columns: CSV cells (:mod:`tfrecord_io.conversion.parsing`,
-for the Spark job and the Beam pipeline) or a DataFrame's columns
+reads one number from each of N input columns: CSV cells or JSON keys
+(:mod:`tfrecord_io.conversion.parsing`, for the Spark job and the Beam pipeline; a JSON line is
+decided by :func:`gather_row` when the batch's fast path cannot take it) or a DataFrame's columns
 (:mod:`tfrecord_io.engines.spark_columns`, for ``df.write.format("tfrecord")`` and the Spark job's
 ``--format parquet|orc|table``).  Both convert each column to the feature's type, then call
 :func:`gather`, which decides what a null cell means:
@@ -27,7 +28,15 @@ import pyarrow as pa
 
 from tfrecord_io.core.schema import Feature
 
-__all__ = ["gather", "null_cell_reasons"]
+__all__ = ["NullCell", "gather", "gather_row", "null_cell_reasons"]
+
+
+class NullCell(ValueError):
+    """A null cell in a gathered feature without a default: the row is a reject (module doc)."""
+
+
+def _null_cell(f: Feature, column: str) -> str:
+    return f"feature {f.name!r}: column {column!r} is null, and the feature has no default"
 
 
 def null_cell_reasons(valid: np.ndarray, f: Feature) -> dict[int, str]:
@@ -37,8 +46,20 @@ def null_cell_reasons(valid: np.ndarray, f: Feature) -> dict[int, str]:
         return {}
     holes = ~valid & valid.any(axis=1)[:, None]
     rows = np.flatnonzero(holes.any(axis=1))
-    return {int(i): f"feature {f.name!r}: column {f.columns[int(j)]!r} is null, and the feature has no default"
-            for i, j in zip(rows, holes[rows].argmax(axis=1))}
+    return {int(i): _null_cell(f, f.columns[int(j)]) for i, j in zip(rows, holes[rows].argmax(axis=1))}
+
+
+def gather_row(cells: list, f: Feature) -> list | None:
+    """One row's N converted cells (None: null) -> its list, as :func:`gather` decides (None: all
+    null); :class:`NullCell` naming the column for a null cell the feature has no default for."""
+    if all(v is None for v in cells):
+        return None
+    if f.default is None:
+        for column, v in zip(f.columns, cells):
+            if v is None:
+                raise NullCell(_null_cell(f, column))
+        return list(cells)
+    return [d if v is None else v for v, d in zip(cells, f.default)]
 
 
 def gather(columns: Sequence[pa.Array | None], f: Feature, num_rows: int) -> tuple[pa.Array, dict[int, str]]:

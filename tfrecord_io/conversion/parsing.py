@@ -54,7 +54,8 @@ CSV
       row), into one ``[N]`` list.  A cell that does not convert rejects the row naming the
       column (``"feature 'pixels': column 'px_5': 'abc' is not a valid float"``); a null cell
       takes the feature's ``default`` for its place, or rejects the row naming the column when
-      there is none; a row whose N cells are all null has a null list.
+      there is none; a row whose N cells are all null has a null list.  (JSON: the same, one
+      number from each of N keys.)
 
     ``line`` is the physical line (1-based) where the row starts.  (With ``multiline``, blank
     lines before a row are not counted.)  ``raw`` of a row that split into the right number of
@@ -95,7 +96,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.codec import row_errors
-from tfrecord_io.conversion.gather import gather
+from tfrecord_io.conversion.gather import NullCell, gather, gather_row
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_RECORD_BYTES
 from tfrecord_io.core.values import BadValue as _BadValue
 from tfrecord_io.core.values import java_float as _java_float
@@ -980,6 +981,20 @@ def _json_value(v, f: Feature):
     return [_json_scalar(x, f, " item") for x in v]
 
 
+def _json_gathered(obj: dict, f: Feature) -> list | None:
+    """A gathered feature's value: one number from each of its keys (:func:`gather_row`)."""
+    cells = []
+    for c in f.columns:
+        v = obj.get(c)
+        if isinstance(v, (list, dict)):
+            raise _BadValue(f"feature {f.name!r}: column {c!r}: expected a single value, got {_show(v)}")
+        cells.append(_json_scalar(v, f, f" in column {c!r}"))
+    try:
+        return gather_row(cells, f)
+    except NullCell as e:
+        raise _BadValue(str(e)) from e
+
+
 def _json_object_values(obj, features: tuple[Feature, ...]) -> tuple[list, str | None]:
     """(each feature's converted value, None where it did not convert; the first problem or None)."""
     if not isinstance(obj, dict):
@@ -987,7 +1002,7 @@ def _json_object_values(obj, features: tuple[Feature, ...]) -> tuple[list, str |
     values, problem = [], None
     for f in features:
         try:
-            values.append(_json_value(obj.get(f.name), f))
+            values.append(_json_gathered(obj, f) if f.gathered else _json_value(obj.get(f.name), f))
         except _BadValue as e:
             values.append(None)
             problem = problem or str(e)
@@ -1023,13 +1038,19 @@ class _JsonConverter:
         self.pj, self.schema, self.target = pj, schema, target
         self.features = schema.input_features
         self.b64 = [i for i, f in enumerate(self.features) if f.type == "bytes"]
+        self.gathered = any(f.gathered for f in self.features)
         # pyarrow reads bytes features as strings: their base64 is decoded after.
         def read_type(f: Feature) -> pa.DataType:
             if f.type != "bytes":
                 return f.arrow_type()
             return pa.list_(pa.string()) if f.is_list else pa.string()
 
-        read_schema = pa.schema([pa.field(f.name, read_type(f)) for f in self.features])
+        def read_fields(f: Feature) -> list[pa.Field]:  # a gathered feature: a number per key
+            if f.gathered:
+                return [pa.field(c, f.arrow_type().value_type) for c in f.columns]
+            return [pa.field(f.name, read_type(f))]
+
+        read_schema = pa.schema([field for f in self.features for field in read_fields(f)])
         self.parse_options = pj.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore")
 
     def fast(self, lines: list[bytes]) -> pa.RecordBatch | None:
@@ -1047,6 +1068,8 @@ class _JsonConverter:
         if table.num_rows != len(lines):  # e.g. two objects on one line
             return None
         batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
+        if batch is not None and self.gathered:
+            batch = self._gather(batch)
         if batch is None or not self.b64:
             return batch
         arrays = list(batch.columns)
@@ -1055,6 +1078,22 @@ class _JsonConverter:
                 arrays[i] = self._b64(arrays[i], self.features[i])
             except _BadValue:
                 return None  # a value that is not base64: let the line-by-line path name it
+        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
+
+    def _gather(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """Each gathered feature's keys as its lists (:func:`gather`); None when a null cell rejects
+        a row, for the line-by-line path to name it."""
+        arrays = []
+        for f in self.features:
+            if not f.gathered:
+                arrays.append(batch.column(f.name))
+                continue
+            lists, null_cells = gather([batch.column(c) for c in f.columns], f, batch.num_rows)
+            if null_cells:
+                return None
+            arrays.append(lists)
+        if self.b64:  # bytes features still base64 strings: typed after
+            return pa.RecordBatch.from_arrays(arrays, names=[f.name for f in self.features])
         return pa.RecordBatch.from_arrays(arrays, schema=self.target)
 
     @staticmethod
@@ -1111,11 +1150,6 @@ def read_json_batches(stream: BinaryIO, schema: Schema, source: str, *, block_si
                       reject_values: tuple[str, ...] = (), max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                       byte_offset: int = 0) -> Iterator[ParsedBatch]:
     """JSON Lines (or, with ``multiline``, one JSON document) -> :class:`ParsedBatch` es."""
-    gathered = [f.name for f in schema.input_features if f.gathered]
-    if gathered:
-        raise ValueError(f"{source}: feature {gathered[0]!r} gathers columns (columns: in the schema), which CSV "
-                         f"input and DataFrames have; JSON input does not take it yet: give the feature as a "
-                         f"JSON array (shape [N], no columns:)")
     target = input_schema(schema)
     converter = _JsonConverter(schema, target)
     numbered = byte_offset == 0  # a part of a file numbers its lines from its start

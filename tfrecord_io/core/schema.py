@@ -137,7 +137,8 @@ class Feature:
         to: px_783}`` (a name stem with a numeric suffix, every number in between) or
         ``{pattern: "px_*"}`` (kept in ``column_pattern`` until :meth:`Schema.resolve_columns`
         matches it against the input's columns).  ``int64`` or ``float`` only; ``shape`` is
-        ``[N]`` (taken from the columns when not given).  A null cell takes the feature's
+        ``[N]`` (taken from the columns when not given).  CSV columns, JSON keys or DataFrame
+        columns (:mod:`tfrecord_io.conversion.gather`).  A null cell takes the feature's
         ``default`` for its place, or rejects the row naming the column; all N null is a null
         list (the feature is left out of the record, as any null).
     column_pattern: the ``{pattern: ...}`` of ``columns`` (an ``fnmatch`` glob), not yet matched.
