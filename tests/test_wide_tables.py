@@ -65,6 +65,17 @@ def test_a_scalar_default_fills_every_place():
     assert schema.to_dict()["features"][0]["default"] == -1.0
 
 
+def test_a_sequence_key_is_one_value():
+    with pytest.raises(SchemaError, match="group_by 'k' gathers columns"):
+        Schema.from_dict({"record_type": "sequence_example", "group_by": "k",
+                          "context": [{"name": "k", "type": "int64", "columns": ["a", "b"]}],
+                          "sequence": [{"name": "s", "type": "float", "columns": ["c", "d"]}]})
+    steps = Schema.from_dict({"record_type": "sequence_example", "group_by": "k",
+                              "context": [{"name": "k", "type": "int64"}],
+                              "sequence": [{"name": "s", "type": "float", "columns": ["c", "d"]}]})
+    assert steps.source_columns == ("k", "c", "d")
+
+
 @pytest.mark.parametrize("features, top, says", [
     ([{"name": "x", "type": "string", "columns": ["a", "b"]}], {}, ["'x'", "int64 or float"]),
     ([{"name": "x", "type": "bytes", "columns": ["a", "b"]}], {}, ["'x'", "int64 or float"]),

@@ -454,6 +454,10 @@ class Schema:
         if isinstance(self.ignore_columns, str) or not all(isinstance(c, str) for c in self.ignore_columns):
             raise SchemaError(f"ignore_columns must be a list of column names, got {_show(self.ignore_columns)}")
         object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
+        for key in ("group_by", "order_by"):
+            name = getattr(self, key)
+            if name is not None and self.feature(name).gathered:
+                raise SchemaError(f"{key} {_show(name)} gathers columns (a list): {key} is one value per row")
         self._check_sources()
         self._check_task()
 
