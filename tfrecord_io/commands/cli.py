@@ -70,7 +70,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(message=version_lines() + "\n")
+        print(version_lines())  # on stdout, as argparse's own version action does
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module, help_text in SUBCOMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, _parser=p)
         # configure() is cheap: the modules keep their heavy imports inside run().
         importlib.import_module(module).configure(p)
         if name in _HDFS_COMMANDS:
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     # TensorFlow's C++ start-up lines (oneDNN, CUDA stubs, "failed call to cuInit" on a machine without
     # a GPU) say nothing a user of these commands can act on; TF_CPP_MIN_LOG_LEVEL set by the user wins.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    args = build_parser().parse_args(argv)
+    args, stray = build_parser().parse_known_args(argv)
+    if stray:  # said by the command's own parser (argparse's top parser would say "tfrecord-io: error")
+        args._parser.error(f"unrecognized arguments: {' '.join(stray)}")
     try:
         apply_credentials(args)
     except ValueError as e:

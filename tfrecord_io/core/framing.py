@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrecord_io.core import checksum
+from tfrecord_io.core import checksum, native
 
 __all__ = [
     "DEFAULT_COMPRESSION_LEVEL",
@@ -118,9 +118,14 @@ def _check_length_crc(buf: bytes, pos: int, length: int, stored: int, cache: dic
     if len(cache) < 4096:
         cache[length] = got
     if got != stored:
-        raise CorruptRecordError(name, base + pos, "length CRC",
-                                 f"expected masked CRC 0x{stored:08x} (stored), got 0x{got:08x} (computed) "
-                                 f"for length field {length}")
+        raise _crc_error(name, base + pos, "length CRC", length, stored, got)
+
+
+def _crc_error(name: str, offset: int, check: str, length: int, stored: int, got: int) -> "CorruptRecordError":
+    """The error of a failed length or data CRC (one wording for the numpy and the compiled walk)."""
+    what = f"for length field {length}" if check == "length CRC" else f"over {length} data bytes"
+    return CorruptRecordError(name, offset, check,
+                              f"expected masked CRC 0x{stored:08x} (stored), got 0x{got:08x} (computed) {what}")
 
 
 # --------------------------------------------------------------------------
@@ -314,7 +319,11 @@ def _frame_arrow(arr: pa.Array, scratch: _Scratch) -> Iterator[Any]:
     values = arr.buffers()[2]
     data = (np.frombuffer(values, dtype=np.uint8) if values is not None and values.size
             else np.empty(0, dtype=np.uint8))
+    core = native.active()
     for i, j in _chunk_bounds(offsets):
+        if core is not None:  # the compiled core: lengths, CRCs and the framed bytes in one pass
+            yield np.diff(offsets[i:j + 1]), core.frame(offsets[i:j + 1], data)
+            continue
         chunk = arr.slice(i, j - i)
         # One C call per record, on a ``bytes`` object (google_crc32c accepts
         # nothing else); to_pylist makes those objects in C++.
@@ -347,8 +356,12 @@ def _frame_sequence(records: list | tuple, scratch: _Scratch) -> Iterator[Any]:
     lengths = np.fromiter(map(len, records), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    core = native.active()
     for i, j in _chunk_bounds(offsets):
         chunk = records[i:j]
+        if core is not None:
+            yield lengths[i:j], core.frame_list(chunk)
+            continue
         crcs = np.fromiter(map(_crc32c_value, chunk), dtype=np.uint32, count=j - i)
         payload = np.frombuffer(b"".join(chunk), dtype=np.uint8)
         yield lengths[i:j], _frame_chunk(lengths[i:j], crcs, payload, None, scratch)
@@ -786,10 +799,17 @@ def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
     delta = _MASK_DELTA
     # Masked CRC of the length field, by length: lengths repeat a lot.
     length_crcs: dict[int, int] = {}
+    core = native.active()
     buf = b""
     pos = 0    # parse position in buf
     base = 0   # stream offset of buf[0]
     while True:
+        if core is not None:  # the compiled core reads every record that is whole in buf
+            offsets, datas, pos, bad = core.scan_records(buf, pos, verify, base)
+            yield from zip(offsets, datas) if with_offsets else datas
+            if bad is not None:
+                which, offset, length, stored, got = bad
+                raise _crc_error(name, offset, ("length CRC", "data CRC")[which], length, stored, got)
         avail = len(buf) - pos
         if avail < HEADER_SIZE:
             base += pos
@@ -825,10 +845,7 @@ def _record_stream(chunks: Iterator[bytes], name: str, verify: bool,
             got = (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF
             (data_crc,) = unpack_u32(buf, start + length)
             if got != data_crc:
-                raise CorruptRecordError(
-                    name, base + pos, "data CRC",
-                    f"expected masked CRC 0x{data_crc:08x} (stored), got 0x{got:08x} (computed) "
-                    f"over {length} data bytes")
+                raise _crc_error(name, base + pos, "data CRC", length, data_crc, got)
         if with_offsets:
             yield base + pos, data
         else:
@@ -884,9 +901,12 @@ def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.n
     """
     unpack_header = _HEADER.unpack_from
     length_crcs: dict[int, int] = {}
+    core = native.active()
     it = iter(chunks)
     buf, pos, base = b"", 0, 0  # the chunk, the parse position in it, its stream offset
     lengths: list[int] = []
+    walked: list[np.ndarray] = []  # the compiled walk's lengths not yet yielded
+    count = 0  # of walked
     while True:
         if len(buf) - pos < HEADER_SIZE:
             base += pos
@@ -898,13 +918,25 @@ def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.n
                     raise CorruptRecordError(name, base, "truncated header",
                                              f"expected {HEADER_SIZE} header bytes, got {avail} before end of stream")
                 break
-        length, length_crc = unpack_header(buf, pos)
-        if length_crcs.get(length) != length_crc:
-            _check_length_crc(buf, pos, length, length_crc, length_crcs, name, base)
-        lengths.append(length)
-        if len(lengths) == per:
-            yield np.array(lengths, dtype=np.int64)
-            lengths = []
+        if core is not None:  # the compiled walk: every header that is whole in buf, up to `per` lengths
+            raw, pos, straddles, bad = core.scan_lengths(buf, pos, per - count)
+            if raw:
+                walked.append(np.frombuffer(raw, dtype="<i8").astype(np.int64, copy=False))
+                count += len(walked[-1])
+            if bad is not None:
+                _, at, length, stored, got = bad
+                raise _crc_error(name, base + at, "length CRC", length, stored, got)
+            if not straddles:
+                if count == per:
+                    yield walked[0] if len(walked) == 1 else np.concatenate(walked)
+                    walked, count = [], 0
+                continue
+            (length,) = _LENGTH.unpack_from(buf, pos)  # the record at pos runs past buf: skipped below
+        else:
+            length, length_crc = unpack_header(buf, pos)
+            if length_crcs.get(length) != length_crc:
+                _check_length_crc(buf, pos, length, length_crc, length_crcs, name, base)
+            lengths.append(length)
         start = base + pos
         pos += HEADER_SIZE
         skip = length + FOOTER_SIZE  # the data and its CRC, passed over
@@ -919,8 +951,18 @@ def _walk_lengths(chunks: Iterator[bytes], name: str, per: int) -> Iterator[np.n
                                          f"expected {length} data bytes and a {FOOTER_SIZE}-byte data CRC, "
                                          f"got {seen} bytes before end of stream")
         pos += skip
+        # Yielded once the record's data is passed over: a length is never handed on for a record the
+        # stream cuts short (nor one of 2**63 bytes or more, which no int64 holds and no stream has).
+        if len(lengths) == per:
+            yield np.array(lengths, dtype=np.int64)
+            lengths = []
+        if count == per:
+            yield walked[0] if len(walked) == 1 else np.concatenate(walked)
+            walked, count = [], 0
     if lengths:
         yield np.array(lengths, dtype=np.int64)
+    if walked:
+        yield walked[0] if len(walked) == 1 else np.concatenate(walked)
 
 
 def iter_record_lengths(fileobj: BinaryIO | str | os.PathLike, *, name: str | None = None,
