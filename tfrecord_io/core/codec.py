@@ -20,6 +20,11 @@ bottom-up with numpy; one pass then scatters every piece into a single output bu
 
 Nulls: a null scalar or null list is left out of the record (the loader then fills the
 schema default); an empty list is written as a present, empty list.
+
+When the compiled record core is built (:mod:`tfrecord_io.core.native`), the checks, casts and
+column flattening below still run here, per column, and the records are laid out by
+``_native.encode_examples`` / ``encode_sequence_examples`` in one pass per batch instead of the
+pieces: the same bytes (``tests/test_native_core.py``).  The numpy path is the reference.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrecord_io.core import native
 from tfrecord_io.core.schema import Feature, Schema
 
 # Tag bytes: (field_number << 3) | 2, wire type 2 = length-delimited.
@@ -384,10 +390,15 @@ def _feature_pieces(el: _Elements, feature: Feature, where: str) -> tuple[list, 
     return pieces, _total_length(pieces)
 
 
+def _key_part(key: str) -> bytes:
+    """A map entry's bytes between its length and its value's: the key field, then the value's tag."""
+    k = key.encode("utf-8")
+    return _TAG1 + _varint_bytes(len(k)) + k + _TAG2
+
+
 def _map_entry_pieces(key: str, value_pieces: list, value_len, present: np.ndarray | None) -> list:
     """A ``map<string, V>`` entry (field 1 of Features / FeatureLists) around a value message."""
-    k = key.encode("utf-8")
-    key_part = _TAG1 + _varint_bytes(len(k)) + k + _TAG2
+    key_part = _key_part(key)
     if isinstance(value_len, (int, np.integer)):
         entry_len = len(key_part) + len(_varint_bytes(int(value_len))) + int(value_len)
     else:
@@ -404,14 +415,19 @@ def _column(batch: pa.RecordBatch, feature: Feature) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
+def _feature_elements(batch: pa.RecordBatch, features: tuple[Feature, ...], kind: str):
+    """(feature, where, elements) of each feature of a ``Features`` message, in the order its map
+    entries are written.  Map entries may come in any order.  Fixed-width ones (float scalars) go
+    first so their constant parts merge into one block in _assemble; the rest keep schema order."""
+    for f in sorted(features, key=lambda f: not (f.type == "float" and not f.is_list)):
+        where = f"{kind} feature {f.name!r}"
+        yield f, where, _elements(_column(batch, f), f, where)
+
+
 def _features_pieces(batch: pa.RecordBatch, features: tuple[Feature, ...], kind: str) -> tuple[list, object]:
     """Pieces of a ``Features`` message body (one map entry per present feature) for each row."""
     pieces: list = []
-    # Map entries may come in any order.  Fixed-width ones (float scalars) go first so their
-    # constant parts merge into one block in _assemble; the rest keep schema order.
-    for f in sorted(features, key=lambda f: not (f.type == "float" and not f.is_list)):
-        where = f"{kind} feature {f.name!r}"
-        el = _elements(_column(batch, f), f, where)
+    for f, where, el in _feature_elements(batch, features, kind):
         fp, flen = _feature_pieces(el, f, where)
         pieces += _map_entry_pieces(f.name, fp, flen, el.present)
     return pieces, _total_length(pieces)
@@ -419,6 +435,23 @@ def _features_pieces(batch: pa.RecordBatch, features: tuple[Feature, ...], kind:
 
 def _sequence_pieces(batch: pa.RecordBatch, f: Feature) -> list:
     """The ``feature_list`` map entry of one sequence feature, for each group."""
+    where, group_present, steps_per_group, steps = _sequence_steps(batch, f)
+    fp, flen = _feature_pieces(steps, f, where)
+    # FeatureList: each step is `feature` (field 1): its tag, its length, the Feature message.
+    st_off, st_bytes = _assemble([_Const(_TAG1), _varint_piece(flen), *fp], _element_count(steps))
+    fl_len = _segment_sums(np.diff(st_off), steps_per_group)
+    return _map_entry_pieces(f.name, [_Ragged(fl_len, st_bytes)], fl_len, group_present)
+
+
+def _element_count(el: _Elements) -> int:
+    if el.present is not None:
+        return len(el.present)
+    return len(el.values) if isinstance(el.counts, int) else len(el.counts)
+
+
+def _sequence_steps(batch: pa.RecordBatch, f: Feature) -> tuple[str, np.ndarray | None, np.ndarray, _Elements]:
+    """(where, group presence, steps per group, the steps as elements) of one sequence feature; a
+    null step takes the feature's default (ValueError when it has none)."""
     where = f"sequence feature {f.name!r}"
     col = _column(batch, f)
     if not _is_list_type(col.type):
@@ -430,11 +463,47 @@ def _sequence_pieces(batch: pa.RecordBatch, f: Feature) -> list:
                              f"feature has no default to fill it with")
         fill = list(f.default) if isinstance(f.default, tuple) else f.default
         steps = pc.fill_null(steps, pa.scalar(fill, type=steps.type))
-    fp, flen = _feature_pieces(_elements(steps, f, where), f, where)
-    # FeatureList: each step is `feature` (field 1): its tag, its length, the Feature message.
-    st_off, st_bytes = _assemble([_Const(_TAG1), _varint_piece(flen), *fp], len(steps))
-    fl_len = _segment_sums(np.diff(st_off), steps_per_group)
-    return _map_entry_pieces(f.name, [_Ragged(fl_len, st_bytes)], fl_len, group_present)
+    return where, group_present, steps_per_group, _elements(steps, f, where)
+
+
+# ---------------------------------------------------------------------------------------
+# The compiled core's arguments (tfrecord_io.core._native, native/src/encode.rs)
+# ---------------------------------------------------------------------------------------
+_NATIVE_KIND = {"bytes_list": 0, "float_list": 1, "int64_list": 2}
+
+
+def _native_column(el: _Elements, feature: Feature, where: str) -> tuple:
+    """One column as ``_native`` takes it: (kind, elements, presence as uint8 or None, values per
+    element or None for one per present element, int64 values or the bytes values' offsets,
+    float32 bytes or the bytes values' data)."""
+    values = _cast_values(el.values, feature, where)
+    present = None if el.present is None else el.present.view(np.uint8)
+    counts = None if isinstance(el.counts, int) else np.ascontiguousarray(el.counts, dtype=np.int64)
+    ints = data = None
+    if feature.type == "float":
+        data = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), dtype="<f4").view(np.uint8)
+    elif feature.type == "int64":
+        ints = np.ascontiguousarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    else:
+        _, off_buf, data_buf = values.buffers()
+        ints = np.frombuffer(off_buf, dtype=np.int64)[values.offset: values.offset + len(values) + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    return _NATIVE_KIND[feature.kind], _element_count(el), present, counts, ints, data
+
+
+def _native_features(batch: pa.RecordBatch, features: tuple[Feature, ...], kind: str) -> list:
+    return [(_key_part(f.name), _native_column(el, f, where)) for f, where, el in _feature_elements(batch, features, kind)]
+
+
+def _native_sequence(batch: pa.RecordBatch, f: Feature) -> tuple:
+    where, group_present, steps_per_group, steps = _sequence_steps(batch, f)
+    return (_key_part(f.name), None if group_present is None else group_present.view(np.uint8),
+            np.ascontiguousarray(steps_per_group, dtype=np.int64), _native_column(steps, f, where))
+
+
+def _native_records(encoded: tuple[bytes, bytes]) -> pa.Array:
+    offsets, data = encoded
+    return _to_binary_array(np.frombuffer(offsets, dtype=np.int64), np.frombuffer(data, dtype=np.uint8))
 
 
 def _step_row(steps: pa.Array, steps_per_group: np.ndarray) -> int:
@@ -454,6 +523,9 @@ def encode_examples(batch: pa.RecordBatch, schema: Schema) -> pa.Array:
     """
     if schema.record_type != "example":
         raise ValueError("encode_examples needs an example schema; use encode_sequence_examples")
+    core = native.active()
+    if core is not None:
+        return _native_records(core.encode_examples(batch.num_rows, _native_features(batch, schema.features, "example")))
     body, body_len = _features_pieces(batch, schema.features, "example")
     return _to_binary_array(*_assemble([_Const(_TAG1), _varint_piece(body_len), *body], batch.num_rows))
 
@@ -468,6 +540,11 @@ def encode_sequence_examples(batch: pa.RecordBatch, schema: Schema) -> pa.Array:
     """
     if schema.record_type != "sequence_example":
         raise ValueError("encode_sequence_examples needs a sequence_example schema")
+    core = native.active()
+    if core is not None:
+        context = _native_features(batch, schema.context, "context") if schema.context else None
+        lists = [_native_sequence(batch, f) for f in schema.sequence]
+        return _native_records(core.encode_sequence_examples(batch.num_rows, context, lists))
     pieces = []
     if schema.context:
         ctx, ctx_len = _features_pieces(batch, schema.context, "context")
