@@ -12,13 +12,14 @@ import shlex
 import pytest
 
 from helpers import REPO, tfrecord_io_cli
+from schemas import ID_X, write_schema
 from tfrecord_io.core.schema import Schema
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
-    (d / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    write_schema(d / "s.yaml", ID_X)
     (d / "good.csv").write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(20)))
     (d / "bad.csv").write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(5)) + "".join("z,1\n" * 5))
     whole = gzip.compress(("id,x\n" + "".join(f"{i},{i * 7919 % 10007}\n" for i in range(50_000))).encode())

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
+from schemas import ID_X, write_schema
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_the_converters_work_without_tensorflow(slim, tmp_path):
     assert gone.returncode != 0 and "No module named 'tensorflow'" in gone.stderr
     data = tmp_path / "in.csv"
     data.write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(40)))
-    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    write_schema(tmp_path / "s.yaml", ID_X)
     common = ["--input", str(data), "--format", "csv", "--schema", str(tmp_path / "s.yaml")]
     _run(slim, cli, "convert", "--engine", "spark", "--master", "local[1]", *common, "--output",
          str(tmp_path / "spark"), cwd=tmp_path)
@@ -127,7 +128,7 @@ def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_
 
     data = tmp_path / "in.csv"
     data.write_text("id,x\n" + "".join(f"{i},{i / 2}\n" for i in range(50)) + "oops,1\n")
-    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n  - {name: x, type: float}\n")
+    write_schema(tmp_path / "s.yaml", ID_X)
     common = ["--input", str(data), "--format", "csv", "--schema", str(tmp_path / "s.yaml"),
               "--max-reject-fraction", "0.1"]
     _run(installed, cli, "convert", "--engine", "beam", *common, "--output", str(tmp_path / "beam"),

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from helpers import tfrecord_io_cli
+from schemas import ID
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.inputs import list_inputs
 
-SCHEMA = "features:\n  - {name: id, type: int64}\n"
+SCHEMA = ID
 
 
 def _csv(path: Path, ids: range) -> Path:

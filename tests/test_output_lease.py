@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from helpers import tfrecord_io_cli
+from schemas import ID_SCORE
 from tfrecord_io.storage import lease, output
 
-SCHEMA = "features:\n  - {name: id, type: int64}\n  - {name: score, type: float}\n"
+SCHEMA = ID_SCORE
 
 
 @pytest.fixture

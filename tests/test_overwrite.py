@@ -26,6 +26,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import tfrecord_io_cli
+from schemas import ID
 from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.commands.verify import verify_source
 from tfrecord_io.conversion.splits import Splits
@@ -33,7 +34,7 @@ from tfrecord_io.core.codec import encode_examples
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.storage import fs, output, replace
 
-SCHEMA = Schema.from_dict({"features": [{"name": "id", "type": "int64"}]})
+SCHEMA = Schema.from_yaml(ID)
 NOBODY = 65534
 
 
@@ -166,7 +167,7 @@ def test_a_manifest_that_claims_what_its_files_do_not_is_refused_and_nothing_is_
 def test_a_commit_refused_by_the_kernel_is_taken_back_and_the_cli_says_so_in_one_line(tmp_path, immutable):
     csv, schema, out = tmp_path / "in.csv", tmp_path / "s.yaml", tmp_path / "out"
     csv.write_text("id\n" + "".join(f"{i}\n" for i in range(50)))
-    schema.write_text("features:\n  - {name: id, type: int64}\n")
+    schema.write_text(ID)
     args = ["convert", "--engine", "beam", "--engine-arg=--runner=FnApiRunner", "--format", "csv", "--input",
             str(csv), "--schema", str(schema), "--output", str(out), "--num-shards", "3"]
     tfrecord_io_cli(*args)

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import tfrecord_io_cli
+from schemas import ID_SCORE
 from tfrecord_io.commands.inspect import inspect_source
 from tfrecord_io.commands.reading import resolve_source
 from tfrecord_io.commands.stats import compute_stats
@@ -30,7 +31,7 @@ from tfrecord_io.core.schema import Schema
 from tfrecord_io.storage import fs, output
 from tfrecord_io.storage.sources import ShardMismatchError
 
-SCHEMA = Schema.from_dict({"features": [{"name": "id", "type": "int64"}, {"name": "score", "type": "float"}]})
+SCHEMA = Schema.from_yaml(ID_SCORE)
 PER_SHARD = 200
 SHARD = output.shard_name(1, 2)
 

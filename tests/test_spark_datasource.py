@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
+from schemas import ID, write_schema
 from tfrecord_io.storage import output
 import tfrecord_io.spark
 from tfrecord_io.engines.loader import make_dataset
@@ -328,7 +329,7 @@ def test_job_reads_parquet_orc_and_catalog_tables_checking_types_by_column(tfspa
 def test_beam_refuses_spark_only_formats_with_exit_2(tmp_path):
     from helpers import tfrecord_io_cli
 
-    (tmp_path / "s.yaml").write_text("features:\n  - {name: id, type: int64}\n")
+    write_schema(tmp_path / "s.yaml", ID)
     (tmp_path / "in").mkdir()
     proc = tfrecord_io_cli("convert", "--engine", "beam", "--input", str(tmp_path / "in"), "--format", "parquet",
                            "--schema", str(tmp_path / "s.yaml"), "--output", str(tmp_path / "out"), check=False)
