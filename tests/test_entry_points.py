@@ -34,6 +34,16 @@ ENTRY_POINTS = {
                                          *spark_conf_args(), str(REPO / "jobs" / "to_tfrecord.py")],
 }
 
+# What each one's error lines begin with: its own name, as its usage errors do (#32 item 7: the Beam
+# pipeline's once said "tfrecord-io convert").  pipelines/to_tfrecord.py is the same command line.
+ERROR_PREFIX = {
+    "python -m tfrecord_io.beam": "python -m tfrecord_io.beam: error: ",
+    "python -m pipelines.to_tfrecord": "python -m tfrecord_io.beam: error: ",
+    "tfrecord-io convert --engine beam": "tfrecord-io convert: error: ",
+    "tfrecord-io convert --engine spark": "tfrecord-io convert: error: ",
+    "spark-submit jobs/to_tfrecord.py": "to_tfrecord.py: error: ",
+}
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
@@ -65,8 +75,21 @@ def test_an_unquoted_glob_fails_before_anything_runs(data, entry):
     said = proc.stdout + proc.stderr  # spark-submit relays the driver's stderr on its stdout
     errors = [ln for ln in said.splitlines() if "error:" in ln]
     assert errors and "trips/b.csv" in errors[-1], said[-4000:]
+    assert errors[-1].startswith(ERROR_PREFIX[entry]), errors
     assert not out.exists(), f"{entry} touched the output before refusing"
     assert "Traceback" not in said
+
+
+@pytest.mark.parametrize("entry", ["python -m tfrecord_io.beam", "python -m pipelines.to_tfrecord",
+                                   "tfrecord-io convert --engine beam"])
+def test_a_missing_input_or_schema_is_one_line_in_the_entry_points_own_name(data, entry):
+    base = " ".join(shlex.quote(a) for a in ENTRY_POINTS[entry])
+    for args, says in ((" --input nowhere.csv --schema s.yaml", r"input (\S*/)?nowhere\.csv does not exist"),
+                       (" --input 'trips/*.csv' --schema none.yaml", r"schema file none\.yaml does not exist")):
+        proc = _shell(base + args + " --format csv --output out-missing", data)
+        assert proc.returncode == 2, proc.stderr[-4000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and re.fullmatch(re.escape(ERROR_PREFIX[entry]) + says, lines[0]), lines
 
 
 @pytest.mark.parametrize("entry", ["python -m tfrecord_io.beam", "tfrecord-io convert --engine beam"])
@@ -78,6 +101,7 @@ def test_a_misspelled_option_fails_and_beams_own_options_pass(data, entry):
     proc = _shell(base + common + " " + typo, data)
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "--num_shards=2" in [ln for ln in proc.stderr.splitlines() if "error:" in ln][-1]
+    assert proc.stderr.rstrip("\n").splitlines()[-1].startswith(ERROR_PREFIX[entry]), proc.stderr[-2000:]
     assert not out.exists()
     # Beam's own options (Python's, and a Java runner's that Python hands to a job server) pass;
     # the quoted glob reads both files.

@@ -124,7 +124,7 @@ def test_submit_hdfs_space_quota_is_one_line_naming_the_directory(submit, hdfs, 
     assert proc.returncode == exits.FAILED, (proc.stdout + proc.stderr)[-3000:]
     # spark-submit's driver runs Python with its stderr joined to the JVM's stdout
     assert "Traceback" not in proc.stderr and "\tat " not in proc.stderr, proc.stderr[-3000:]
-    assert_one_clean_line(proc.stdout, starts=f"tfrecord-io convert: error: conversion of {inp} to {out} failed: ",
+    assert_one_clean_line(proc.stdout, starts=f"to_tfrecord.py: error: conversion of {inp} to {out} failed: ",
                           says=(f"quota exceeded writing {out}/{output.TEMPORARY}/",
                                 f"The DiskSpace quota of {top} is exceeded", "DSQuotaExceededException"))
     assert not fs.exists(f"{out}/_SUCCESS")

@@ -43,7 +43,15 @@ from typing import Callable
 from tfrecord_io.commands import exits
 from tfrecord_io.conversion import options as opts
 
-COMMAND = "convert"  # the error lines of every conversion entry point: "tfrecord-io convert: error: ..."
+COMMAND = "convert"  # the error lines of `tfrecord-io convert`: "tfrecord-io convert: error: ..."
+# ... and of the entry points of their own, which begin as their usage errors do
+BEAM_PROG = exits.Program("python -m tfrecord_io.beam")
+SPARK_JOB_PROG = exits.Program("to_tfrecord.py")
+
+
+def _who(args: argparse.Namespace | None) -> str:
+    """The name the error lines of this run begin with (set by each entry point's parser)."""
+    return getattr(args, "who", COMMAND) if args is not None else COMMAND
 #: A failure is one error line; --debug (the one flag for more: there is no --verbose) adds the rest.
 DEBUG_HELP = ("on failure, also show the traceback and the engine's own log of it (Spark's lines of the failing "
               "tasks, Beam's runner); without it a failure is one error line")
@@ -90,15 +98,16 @@ def _files(manifest: dict) -> int:
     return len(manifest["files"]) if "files" in manifest else sum(s["files"] for s in manifest["splits"].values())
 
 
-def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[dict], dict] | None = None) -> int:
+def execute(work: Callable[[], dict], *, debug: bool = False, done: Callable[[dict], dict] | None = None,
+            who: str = COMMAND) -> int:
     """Run ``work`` (a conversion returning its manifest), report the outcome, return the exit status."""
     try:
         manifest = work()
     except KeyboardInterrupt:
-        exits.error(COMMAND, "interrupted")
+        exits.error(who, "interrupted")
         return exits.INTERRUPTED
     except Exception as e:  # noqa: BLE001 - every outcome is reported as one line and an exit status
-        return exits.report(COMMAND, e, debug=debug)
+        return exits.report(who, e, debug=debug)
     print(summary(manifest), file=sys.stderr)
     print(json.dumps({"event": "tfrecord-io-done", **(done(manifest) if done else {}),
                       "totals": manifest["totals"], "files": _files(manifest)}))
@@ -110,7 +119,7 @@ def _options(args: argparse.Namespace):
     try:
         return opts.from_args(args), None
     except Exception as e:  # noqa: BLE001 - reported like any outcome
-        return None, exits.report(COMMAND, e, debug=getattr(args, "debug", False))
+        return None, exits.report(_who(args), e, debug=getattr(args, "debug", False))
 
 
 def _plan(args: argparse.Namespace, options: opts.ConversionOptions | None = None):
@@ -124,13 +133,14 @@ def _plan(args: argparse.Namespace, options: opts.ConversionOptions | None = Non
     try:
         return plan_conversion(options), None
     except Exception as e:  # noqa: BLE001 - reported like any outcome
-        return None, exits.report(COMMAND, e, debug=getattr(args, "debug", False))
+        return None, exits.report(_who(args), e, debug=getattr(args, "debug", False))
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+def _parser(prog: exits.Program, description: str) -> argparse.ArgumentParser:
     from tfrecord_io.commands.cli import add_credential_arguments
 
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    parser.set_defaults(who=prog)
     opts.add_arguments(parser)
     add_credential_arguments(parser)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
@@ -144,12 +154,13 @@ def _credentials(args: argparse.Namespace) -> int | None:
     try:
         apply_credentials(args)
     except ValueError as e:
-        return exits.fail(COMMAND, str(e))
+        return exits.fail(_who(args), str(e))
     return None
 
 
 # ------------------------------------------------------------------------------------ Spark
-def run_spark(builder, plan, *, conf=None, debug: bool = False, faults=None, ship_package: bool = False) -> int:
+def run_spark(builder, plan, *, conf=None, debug: bool = False, faults=None, ship_package: bool = False,
+              who: str = COMMAND) -> int:
     """The Spark job in a session of its own, from ``builder`` (what spark-submit and ``convert`` run):
     :func:`tfrecord_io.engines.spark.job_session` starts it (a start that fails is one error line),
     keeps Spark's log of failing tasks quiet unless ``debug`` and stops it; a failed job is one line too
@@ -165,13 +176,13 @@ def run_spark(builder, plan, *, conf=None, debug: bool = False, faults=None, shi
                 spark.sparkContext.addPyFile(package_zip(tempfile.mkdtemp(prefix="tfrecord-io-")))
             return run_conversion(spark, plan, faults=faults)
 
-    return execute(work, debug=debug,
+    return execute(work, debug=debug, who=who,
                    done=lambda m: {"engine": "spark", "output": plan.output, "seconds": m["job"]["seconds"]})
 
 
 def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
     """``spark-submit jobs/to_tfrecord.py``: parse and plan, then start the session and run."""
-    args = _parser("to_tfrecord.py", "Convert CSV or JSON (local or HDFS) into TFRecords with Spark.").parse_args(argv)
+    args = _parser(SPARK_JOB_PROG, "Convert CSV or JSON (local or HDFS) into TFRecords with Spark.").parse_args(argv)
     if not args.principal and not args.keytab:
         args.principal, args.keytab = _spark_submit_keytab()
     code = _credentials(args)
@@ -185,7 +196,7 @@ def spark_job_main(argv: list[str] | None = None, *, faults=None) -> int:
     builder = SparkSession.builder.appName("tfrecord-io to_tfrecord")
     if not sys.stderr.isatty():  # in logs, Spark's progress bar runs into our summary line
         builder = builder.config("spark.ui.showConsoleProgress", "false")
-    return run_spark(builder, plan, debug=args.debug, faults=faults)
+    return run_spark(builder, plan, debug=args.debug, faults=faults, who=SPARK_JOB_PROG)
 
 
 def _spark_submit_keytab() -> tuple[str | None, str | None]:
@@ -218,14 +229,14 @@ def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> 
         return code
     why = options.needs_spark()
     if why is not None:  # exit 2 before anything is listed: only the Spark job has it
-        return exits.fail(COMMAND, f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
+        return exits.fail(_who(args), f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
                                    f"jobs/to_tfrecord.py)")
     from tfrecord_io.engines import beam as tbeam
 
     try:
         pipeline = tbeam.pipeline_options(beam_args)
     except ValueError as e:
-        return exits.fail(COMMAND, str(e))
+        return exits.fail(_who(args), str(e))
     _configure_logging()
     if not args.debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
         logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)
@@ -242,12 +253,13 @@ def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> 
             ran.update(runner=result.runner, seconds=result.seconds)
             return result.manifest
 
-        return execute(work, debug=args.debug, done=lambda m: {"engine": "beam", "output": plan.output, **ran})
+        return execute(work, debug=args.debug, who=_who(args),
+                       done=lambda m: {"engine": "beam", "output": plan.output, **ran})
 
 
 def beam_main(argv: list[str] | None = None, *, faults=None) -> int:
     """``python -m tfrecord_io.beam`` (and ``pipelines/to_tfrecord.py``): Beam's own options may follow."""
-    parser = _parser("python -m tfrecord_io.beam",
+    parser = _parser(BEAM_PROG,
                      "Convert CSV or JSON Lines (local, file:// or hdfs://) into TFRecords with Apache Beam. "
                      "Beam's pipeline options (--runner, ...) may follow; any other argument is an error.")
     try:

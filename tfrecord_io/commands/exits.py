@@ -10,7 +10,7 @@
 ====  ===========================================================================================
 
 Errors are one line on stderr, ``tfrecord-io <command>: error: <what, naming the file, and what to
-do>``; ``--debug`` (where a command has it) adds the traceback.  :func:`status_of` is the one
+do>`` (an entry point of its own, :class:`Program`, puts its own name first); ``--debug`` (where a command has it) adds the traceback.  :func:`status_of` is the one
 mapping from an exception to a status; :func:`report` prints the line and returns the status.
 """
 
@@ -19,13 +19,21 @@ from __future__ import annotations
 import sys
 import traceback
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "USAGE", "error", "fail", "report", "status_of"]
+__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "Program", "USAGE", "error", "fail", "report", "status_of"]
 
 OK, FAILED, USAGE, PROBLEMS = 0, 1, 2, 3
 INTERRUPTED = 130  # as a shell reports SIGINT
 
 
+class Program(str):
+    """A program's own name for its error lines where it is not a ``tfrecord-io`` command
+    (``python -m tfrecord_io.beam``, ``to_tfrecord.py`` under spark-submit): its lines then begin as
+    its usage errors do."""
+
+
 def _prefix(command: str | None) -> str:
+    if isinstance(command, Program):
+        return str(command)
     return f"tfrecord-io {command}" if command else "tfrecord-io"
 
 
