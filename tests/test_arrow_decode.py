@@ -650,17 +650,19 @@ def checked_records() -> list[bytes]:
 def test_verify_finds_what_a_record_by_record_check_finds(tmp_path):
     from collections import Counter
 
-    from tfrecord_io.commands.verify import Problem, _verify_file, check_record
+    from tfrecord_io.commands.reading import resolve_source
+    from tfrecord_io.commands.verify import Problem, check_record, verify_source
+    from tfrecord_io.core.framing import TFRecordWriter
     from tfrecord_io.storage.sources import SourceFile, iter_file_records
 
     records = checked_records()
     path = tmp_path / "part-0.tfrecord"
-    from tfrecord_io.core.framing import TFRecordWriter
-
     with TFRecordWriter(str(path)) as w:
         w.write_batch(records)
+    (tmp_path / "checked.yaml").write_text(CHECKED.to_yaml())
+    got = verify_source(resolve_source(str(path), schema_uri=str(tmp_path / "checked.yaml")), workers=1,
+                       max_listed=len(records))  # what `tfrecord-io verify FILE --schema checked.yaml` finds
     file = SourceFile(str(path), "part-0.tfrecord", "none", size=path.stat().st_size)
-    got = _verify_file(file, CHECKED, None)
     problems, warnings = [], Counter()
     for offset, data in iter_file_records(file):
         try:

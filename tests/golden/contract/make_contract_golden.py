@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent.parent.parent))
 
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from tfrecord_io.engines import beam  # noqa: E402
+from tfrecord_io import beam  # noqa: E402  (the stable name a user calls)
 
 
 def convert(out: Path, **kw) -> None:
