@@ -69,6 +69,10 @@ CASES = [
     ("stats --compare: unreadable B", lambda d: ["stats", str(d / "out"), "--compare", str(d / "nope"),
                                                  "--logdir", str(d / "logs4")], 2, "nope"),
     ("pack-env: bad usage", lambda d: ["pack-env"], 2, None),
+    ("pack-env: a file where its folder must be", lambda d: ["pack-env", str(d / "good.csv" / "env.tar.gz")], 2,
+     "good.csv is a file, not a directory"),
+    ("copy: a file where a folder must be", lambda d: ["copy", str(d / "good.csv"), str(d / "good.csv" / "a" / "b.csv")],
+     2, "good.csv is a file, not a directory"),
     ("hdfs-local: nothing running", lambda d: ["hdfs-local", "status", "--dir", str(d / "no-cluster")], 1, None),
     ("flink-local: nothing running", lambda d: ["flink-local", "status", "--dir", str(d / "no-server")], 1, None),
     ("no command", lambda d: [], 2, None),
@@ -112,6 +116,7 @@ def test_every_command_keeps_the_contract(made, name, args, code, names):
     if code and names:
         errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
         assert len(errors) == 1 and names in errors[0], proc.stderr[-3000:]
+        assert "[Errno" not in errors[0], errors  # OSErrors said as "<file>: <what>", not Python's repr
     if code == 0:
         DONE[name](made, proc)
 

@@ -290,6 +290,8 @@ class TestFileSystemContract:
         _write(f, b"")
         with pytest.raises(FileExistsError):
             fs.makedirs(f)
+        with pytest.raises(NotADirectoryError):  # a file on the way (a typo in a path) is named as such
+            fs.makedirs(fs.join(f, "sub", "dir"))
 
     def test_permission_and_chmod(self, backend):
         f, d = fs.join(backend.root, "perm", "f.txt"), fs.join(backend.root, "perm")

@@ -262,6 +262,13 @@ def test_nobody_else_gets_in(secure_hdfs, tmp_path):
         errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
         assert proc.returncode == 2, f"{what}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
         assert len(errors) == 1 and says in errors[0], f"{what}: {proc.stderr[-3000:]}"
+        # in the user's terms: no "[Errno 13]"; a keytab given with --keytab named by its path, not by
+        # the variable --keytab sets internally
+        assert "[Errno" not in errors[0], errors[0]
+        if "--keytab" in login:
+            assert credentials.KEYTAB_ENV not in errors[0], errors[0]
+        if "no Kerberos key" in says:
+            assert str(k.guest_keytab) in errors[0] and "--principal" in errors[0], errors[0]
         assert "Traceback" not in proc.stderr and "GssMajorCodes" not in proc.stderr, f"{what}: {proc.stderr}"
         assert took < 30, f"{what}: refused after {took:.0f}s"
         no_secret_in(proc.stdout + proc.stderr, secure_hdfs)

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_credentials(args)
     except ValueError as e:
-        return exits.fail(args.command, str(e))
+        return exits.fail(args.command, exits.message_of(e))
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except ModuleNotFoundError as e:

@@ -154,7 +154,7 @@ def _credentials(args: argparse.Namespace) -> int | None:
     try:
         apply_credentials(args)
     except ValueError as e:
-        return exits.fail(_who(args), str(e))
+        return exits.fail(_who(args), exits.message_of(e))
     return None
 
 
@@ -236,7 +236,7 @@ def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> 
     try:
         pipeline = tbeam.pipeline_options(beam_args)
     except ValueError as e:
-        return exits.fail(_who(args), str(e))
+        return exits.fail(_who(args), exits.message_of(e))
     _configure_logging()
     if not args.debug:  # a failed bundle is reported once, as our one line; Beam's runner would add its traceback
         logging.getLogger("apache_beam.runners").setLevel(logging.CRITICAL)

@@ -105,7 +105,8 @@ def copy(sources: list[str], dest: str, *, force: bool = False) -> tuple[int, in
         try:
             total += _copy_file(src, dst)
         except OSError as e:
-            raise type(e)(f"copying {src} to {dst}: {e}") from e
+            what = e.strerror if e.strerror and e.filename in (dst, None) else exits.message_of(e)
+            raise type(e)(e.errno, f"copying {src} to {dst}: {what}") from e
     return len(plan.pairs), total
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "Program", "USAGE", "error", "fail", "report", "status_of"]
+__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "Program", "USAGE", "error", "fail", "message_of", "report", "status_of"]
 
 OK, FAILED, USAGE, PROBLEMS = 0, 1, 2, 3
 INTERRUPTED = 130  # as a shell reports SIGINT
@@ -63,9 +63,20 @@ def status_of(e: BaseException) -> int:
     return FAILED
 
 
+def message_of(e: BaseException) -> str:
+    """``e`` as the error line says it: an OSError as ``<file>: <what>`` (its strerror alone where
+    that names the file already), without Python's ``[Errno 13] ...: 'file'`` framing."""
+    if isinstance(e, OSError) and e.strerror:
+        name = e.filename
+        if name is None or str(name) in e.strerror:
+            return e.strerror
+        return f"{name}: {e.strerror}"
+    return str(e) or type(e).__name__
+
+
 def report(command: str | None, e: BaseException, *, debug: bool = False) -> int:
     """Print the error line for ``e`` (its traceback first with ``debug``); return its exit status."""
     if debug:
         traceback.print_exception(e)
-    error(command, str(e) or type(e).__name__)
+    error(command, message_of(e))
     return status_of(e)

@@ -82,5 +82,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"{h.runner} job server in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}\n"
                   f"{_describe(h)}")
     except (flink.FlinkLocalError, TimeoutError, ValueError) as e:
-        return exits.fail(f"flink-local {args.action}", str(e), exits.FAILED)
+        return exits.fail(f"flink-local {args.action}", exits.message_of(e), exits.FAILED)
     return exits.OK

@@ -178,5 +178,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"local HDFS in {h.base_dir} is {'ready' if h.is_ready() else 'NOT ready'}"
                   f"{', with YARN' if y else ''}\n{_describe_yarn(y) if y else ''}{_describe(h)}")
     except (hdfs_local.HdfsLocalError, TimeoutError, ValueError) as e:
-        return exits.fail(f"hdfs-local {args.action}", str(e), exits.FAILED)
+        return exits.fail(f"hdfs-local {args.action}", exits.message_of(e), exits.FAILED)
     return exits.OK

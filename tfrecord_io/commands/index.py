@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
         built = index_source(args.source, formats=_FORMATS[args.format], output=args.output,
                              overwrite=args.overwrite, compression=args.compression, workers=args.workers)
     except CorruptRecordError as e:
-        return exits.fail("index", str(e), exits.FAILED)
+        return exits.fail("index", exits.message_of(e), exits.FAILED)
     except (OSError, ValueError, TypeError) as e:
-        return exits.fail("index", str(e), exits.USAGE)
+        return exits.fail("index", exits.message_of(e), exits.USAGE)
     if args.json:
         print(json.dumps([{"file": b.file, "records": b.records, "written": list(b.written)} for b in built], indent=2))
     else:

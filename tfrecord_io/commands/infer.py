@@ -400,6 +400,6 @@ def run(args: argparse.Namespace) -> int:
         columns = infer_columns(args.input, args.input_format, sample_rows, options, tokens,
                                 multiline=args.multiline)
     except (OSError, ValueError) as e:
-        return exits.fail("infer-schema", str(e))
+        return exits.fail("infer-schema", exits.message_of(e))
     print(schema_yaml(columns, args.input_format, options, sample_rows, gather=not args.no_gather), end="")
     return exits.OK

@@ -29,6 +29,7 @@ application.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import shutil
@@ -40,6 +41,7 @@ import time
 from pathlib import Path
 
 from tfrecord_io.commands import exits
+from tfrecord_io.storage import fs
 
 #: Beyond the core requirements: pandas (pinned as in the ``[spark]`` extra), which PySpark 4.3
 #: requires in the *driver* of a job that calls ``mapInArrow`` ("[PACKAGE_NOT_INSTALLED] Pandas >=
@@ -150,7 +152,9 @@ def build(output: str | os.PathLike, *, python: str | None = None, package: bool
         raise ValueError(f"--python {base_python}: not an executable")
     reqs = requirements(list(extra))
     started = time.monotonic()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.parent.exists() and not out.parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{out.parent} is a file, not a directory", str(out))
+    fs.makedirs(str(out.parent))  # (a file further up is named as such)
     with tempfile.TemporaryDirectory(prefix="tfrecord-io-env-", dir=out.parent) as tmp:
         env = Path(tmp) / "env"
         log(f"pack-env: venv from {base_python}")
@@ -187,9 +191,14 @@ def run(args: argparse.Namespace) -> int:
         info = build(args.output, python=args.python, package=not args.no_package, extra=args.extra,
                      overwrite=args.overwrite, log=lambda m: print(m, file=sys.stderr))
     except (FileExistsError, ValueError) as e:
-        return exits.fail("pack-env", str(e), exits.USAGE)
+        return exits.fail("pack-env", exits.message_of(e), exits.USAGE)
+    except OSError as e:  # the archive's folder is missing or not writable
+        where = os.path.dirname(os.path.abspath(args.output))
+        return exits.fail("pack-env", f"cannot write the archive {args.output} in {where}: "
+                                      f"{e.strerror or exits.message_of(e)} (write it to a folder you can write to)",
+                          exits.USAGE)
     except PackEnvError as e:
-        return exits.fail("pack-env", str(e), exits.FAILED)
+        return exits.fail("pack-env", exits.message_of(e), exits.FAILED)
     print(f"{info['path']}: {info['bytes'] / 2**20:.1f} MiB ({info['unpacked_bytes'] / 2**20:.0f} MiB unpacked), "
           f"Python {info['python']}, {' '.join(info['requirements'])}"
           f"{' + tfrecord_io' if info['package'] else ''}, built in {info['seconds']}s")

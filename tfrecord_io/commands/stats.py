@@ -498,7 +498,7 @@ def run(args: argparse.Namespace) -> int:
     except ShardMismatchError as e:  # a problem found, as verify reports it
         return exits.fail("stats", f"{e}; run `tfrecord-io verify {args.source}`", exits.PROBLEMS)
     except (OSError, ValueError, TypeError) as e:
-        return exits.fail("stats", str(e), exits.USAGE)  # the source cannot be read
+        return exits.fail("stats", exits.message_of(e), exits.USAGE)  # the source cannot be read
     if other is not None:
         rows = compare(info, info_b)
         if args.json:

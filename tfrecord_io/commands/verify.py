@@ -534,7 +534,7 @@ def run(args: argparse.Namespace) -> int:
         source = resolve_source(args.source, compression=args.compression, schema_uri=args.schema)
         result = verify_source(source, workers=args.workers, max_listed=max(1, args.max_problems))
     except (OSError, ValueError, TypeError) as e:
-        return exits.fail("verify", str(e), exits.USAGE)  # the source cannot be read
+        return exits.fail("verify", exits.message_of(e), exits.USAGE)  # the source cannot be read
     if args.json:
         print(json.dumps(result.as_dict(), ensure_ascii=False, indent=2))
     else:

@@ -68,7 +68,7 @@ class HdfsCredentials:
                 f"the core-site.xml of HADOOP_CONF_DIR {self.conf_dir} does not say hadoop.security.authentication=kerberos"
             return f"simple authentication as {self.user}, since {where}"
         if self.keytab:
-            return f"the principal {self.principal} with the keytab of {KEYTAB_ENV}"
+            return f"the principal {self.principal} with the keytab {self.keytab}"
         if self.token_file:
             return "the delegation tokens of HADOOP_TOKEN_FILE_LOCATION, else a Kerberos ticket"
         return "the Kerberos ticket cache of KRB5CCNAME" if self.ticket_cache else "the default Kerberos ticket cache"
@@ -141,8 +141,8 @@ def explain(error_text: str, uri: str, credentials: HdfsCredentials,
             return refused("no KDC answers for the realm: check KRB5_CONFIG (its [realms] kdc entry)")
         if credentials.keytab and re.search(r"No credentials|No key table|[Kk]ey table entry not found",
                                             error_text):
-            return refused(f"no Kerberos key for {credentials.principal} in the keytab of {KEYTAB_ENV}: check the "
-                           f"principal and the keytab (klist -kt)")
+            return refused(f"no Kerberos key for {credentials.principal} in the keytab {credentials.keytab}: check "
+                           f"the principal (--principal) against the keytab's (klist -kt {credentials.keytab})")
         if re.search(r"No Kerberos credentials available|No credentials cache found|GSS_S_NO_CRED", error_text):
             return refused(f"no Kerberos ticket for {uri}: {_FIX_TICKET}")
         message = error_text.rsplit('", "', 1)[-1].split('")', 1)[0] if '", "' in error_text else error_text

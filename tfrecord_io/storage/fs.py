@@ -260,6 +260,21 @@ class _LocalWriter(io.FileIO):
             raise type(e)(e.errno, e.strerror, self.name) from e
 
 
+def _makedirs(path: str, uri: str, exist_ok: bool, from_: str) -> None:
+    """``os.makedirs``, except that a file where a directory must be (``from_`` or above it) is a
+    NotADirectoryError naming that file, as HDFS's ParentNotDirectoryException is: os.makedirs says
+    only "File exists" (of ``uri``) for it."""
+    try:
+        os.makedirs(path, exist_ok=exist_ok)
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = from_
+        while blocker != os.path.dirname(blocker) and not os.path.lexists(blocker):
+            blocker = os.path.dirname(blocker)
+        if os.path.lexists(blocker) and not os.path.isdir(blocker):
+            raise NotADirectoryError(errno.ENOTDIR, f"{blocker} is a file, not a directory", uri) from e
+        raise
+
+
 class LocalFileSystem(FileSystem):
     """Plain paths and ``file://`` URIs, with the same contract as HDFS."""
 
@@ -273,7 +288,7 @@ class LocalFileSystem(FileSystem):
             if mode == "rb":
                 return builtins.open(path, mode)
             parent = os.path.dirname(os.path.abspath(path))
-            os.makedirs(parent, exist_ok=True)
+            _makedirs(parent, uri, True, from_=parent)
             return io.BufferedWriter(_LocalWriter(path, mode[0]), buffer_size=io.DEFAULT_BUFFER_SIZE)
         except OSError as e:
             self._reraise(e, uri)
@@ -340,8 +355,9 @@ class LocalFileSystem(FileSystem):
             self._reraise(e, uri)
 
     def makedirs(self, uri, exist_ok=True):
+        path = local_path(uri)
         try:
-            os.makedirs(local_path(uri), exist_ok=exist_ok)
+            _makedirs(path, uri, exist_ok, from_=os.path.dirname(path))
         except OSError as e:
             self._reraise(e, uri)
 
