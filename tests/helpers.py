@@ -5,6 +5,7 @@ readers that check the outputs.
   engine in this process), :func:`spark_conf` (the settings of every Spark the suite starts);
 * TFRecords read back: :data:`TF_COMPRESSION` / :func:`tf_compression` (TensorFlow's names),
   :func:`output_records`, :func:`serialized_records`, :func:`rejects_of`, :func:`read_back`;
+* files others wrote: :func:`write_tfx_shards` (TFX's ExampleGen shards, by TensorFlow's writer);
 * inputs: the Beam tests' example CSV (:data:`EXAMPLE_SCHEMA`, :func:`example_rows`,
   :func:`write_example_csv`) and sessions (:data:`SESSIONS_SCHEMA`, :func:`session_lines`); the Spark
   tests' corpus (:data:`CORPUS`, :data:`CORPUS_SCHEMA`, :func:`corpus_rows`, :func:`write_corpus_csv`,
@@ -215,6 +216,33 @@ def listing(out: Path) -> set[str]:
 def shard_names(n: int, ext: str = "") -> set[str]:
     """The shard file names of an output of ``n`` shards."""
     return {f"part-{i:05d}-of-{n:05d}.tfrecord{ext}" for i in range(n)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Files others wrote: TFX's ExampleGen shards, by TensorFlow's own writer
+# ---------------------------------------------------------------------------------------------
+def write_tfx_shards(directory: Path, shards: list[list[dict]], compression: str = "GZIP") -> Path:
+    """Shards as TFX's ExampleGen writes them, by TensorFlow's own writer: gz, no manifest; a value
+    None is an empty ``Feature`` (no kind set), as ExampleGen writes an empty cell."""
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for k, records in enumerate(shards):
+        path = directory / f"data_tfrecord-{k:05d}-of-{len(shards):05d}.gz"
+        with tf.io.TFRecordWriter(str(path), options=compression) as w:
+            for record in records:
+                feats = {}
+                for name, v in record.items():
+                    if v is None:
+                        feats[name] = tf.train.Feature()
+                    elif isinstance(v, int):
+                        feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+                    elif isinstance(v, float):
+                        feats[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+                    else:
+                        feats[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+                w.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+    return directory
 
 
 # ---------------------------------------------------------------------------------------------

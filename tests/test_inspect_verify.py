@@ -20,7 +20,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import TF_COMPRESSION, tfrecord_io_cli
+from helpers import TF_COMPRESSION, tfrecord_io_cli, write_tfx_shards
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.decode import RecordDecodeError, decode_example, decode_record, decode_sequence_example
@@ -396,6 +396,42 @@ def test_inspect_records_that_are_not_examples():
 def test_inspect_errors_exit_nonzero(tmp_path):
     proc = cli("inspect", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr  # unreadable source
+
+
+def test_inspect_infers_what_read_batches_reads_on_shards_tensorflow_wrote(tmp_path):
+    """#29: without a manifest, inspect shows the schema spark.read and read_batches infer, from the
+    same records (the first of every file, and on while a feature has no kind), on TFX shards
+    written by TensorFlow where the first records alone (inspect read the first 1,000) guess wrong:
+    'tip' is an empty Feature all through the first file and a float in the second, 'late' is only
+    in the second file, 'n' is int64 in the first and float in the second (widened to float)."""
+    from tfrecord_io import read_batches
+
+    first = [{"id": i, "tip": None, "n": i} for i in range(1500)]
+    second = [{"id": 1500 + i, "tip": i / 4, "n": i + 0.5, "late": f"s{i}"} for i in range(1500)]
+    src = write_tfx_shards(tmp_path / "tfx", [first, second])
+    info = json.loads(cli("inspect", str(src / "*.gz"), "--json", check=True).stdout)
+    shown = {f["name"]: f for f in info["schema"]["features"]}
+    assert {n: (f["type"], f["shape"]) for n, f in shown.items()} == {
+        "id": ("int64", None), "late": ("string", None), "n": ("float", None), "tip": ("float", [-1])}
+    assert shown["tip"]["kinds"] == {"None": 1500, "float_list": 1500} and shown["late"]["present"] == 1500
+    assert info["schema"]["sampled"] == 3000 and info["schema"]["files"] == 2 and "error" not in info["schema"]
+    (batch,) = read_batches(str(src / "*.gz"), batch_size=4000, shuffle=False, format="arrow")
+    arrow = {"int64": pa.int64(), "float": pa.float32(), "string": pa.string()}
+    assert {f.name: f.type for f in batch.schema} == {
+        n: arrow[f["type"]] if f["shape"] is None else pa.list_(arrow[f["type"]]) for n, f in shown.items()}
+    text = cli("inspect", str(src / "*.gz"), "--head", "0", check=True).stdout
+    assert "schema (inferred from 3000 records of 2 files, as spark.read and read_batches infer it)" in text
+    assert "read as float [-1]" in text
+
+    # a conflict past the first file's records: inspect shows the error read_batches raises, and exits 0
+    clash = write_tfx_shards(tmp_path / "clash", [[{"v": i} for i in range(1500)], [{"v": "three"}]])
+    proc = cli("inspect", str(clash / "*.gz"), "--json", check=True)
+    schema = json.loads(proc.stdout)["schema"]
+    with pytest.raises(ValueError) as refused:
+        list(read_batches(str(clash / "*.gz"), batch_size=10))
+    assert schema["error"].startswith("feature 'v' is int64_list in ") and schema["error"] in str(refused.value)
+    assert schema["features"][0]["type"] is None and schema["features"][0]["conflict"] == schema["error"]
+    assert "no schema reads these records: feature 'v'" in cli("inspect", str(clash), check=True).stdout
 
 
 # ---------------------------------------------------------------------------------------

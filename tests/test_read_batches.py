@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 import tfrecord_io
+from helpers import write_tfx_shards
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.framing import CorruptRecordError, TFRecordWriter
 from tfrecord_io.core.schema import Schema
@@ -243,36 +244,12 @@ def test_on_hdfs(hdfs, tmp_path):
     assert struct.pack("<f", b["x"][1]) == struct.pack("<f", 0.25)
 
 
-def _tfx_like(directory: Path, shards: list[list[dict]], compression: str = "GZIP") -> Path:
-    """Shards as TFX's ExampleGen writes them, by TensorFlow's own writer: gz, no manifest; a value
-    None is an empty ``Feature`` (no kind set), as ExampleGen writes an empty cell."""
-    import tensorflow as tf
-
-    directory.mkdir(parents=True, exist_ok=True)
-    for k, records in enumerate(shards):
-        path = directory / f"data_tfrecord-{k:05d}-of-{len(shards):05d}.gz"
-        with tf.io.TFRecordWriter(str(path), options=compression) as w:
-            for record in records:
-                feats = {}
-                for name, v in record.items():
-                    if v is None:
-                        feats[name] = tf.train.Feature()
-                    elif isinstance(v, int):
-                        feats[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-                    elif isinstance(v, float):
-                        feats[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
-                    else:
-                        feats[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
-                w.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
-    return directory
-
-
 def test_a_feature_empty_in_the_first_records_is_typed_by_the_first_value_anywhere(tmp_path):
     """TFX's shards: 'tip' is an empty Feature in every record but one, deep in the third shard
     (past every file's first records): typed int64 from it, not guessed as a string."""
     shards = [[{"id": k * 3000 + i, "tip": None, "city": "a"} for i in range(3000)] for k in range(3)]
     shards[2][2500]["tip"] = 7
-    src = _tfx_like(tmp_path / "tfx", shards)
+    src = write_tfx_shards(tmp_path / "tfx", shards)
     got = list(read_batches(str(src / "*.gz"), batch_size=4096, shuffle=False))
     tips = np.concatenate([b["tip"].values for b in got])
     assert tips.dtype == np.int64 and tips.tolist() == [7]
@@ -280,17 +257,17 @@ def test_a_feature_empty_in_the_first_records_is_typed_by_the_first_value_anywhe
 
 
 def test_int64_and_float_widen_to_float_and_other_kinds_conflict_naming_both_records(tmp_path, caplog):
-    src = _tfx_like(tmp_path / "mixed", [[{"v": 1}, {"v": 2}], [{"v": 2.5}]])
+    src = write_tfx_shards(tmp_path / "mixed", [[{"v": 1}, {"v": 2}], [{"v": 2.5}]])
     got = list(read_batches(str(src / "*.gz"), batch_size=10, shuffle=False))
     assert got[0]["v"].dtype == np.float32 and sorted(got[0]["v"].tolist()) == [1.0, 2.0, 2.5]
-    clash = _tfx_like(tmp_path / "clash", [[{"v": 1}, {"v": 2}], [{"v": 3}, {"v": "three"}]])
+    clash = write_tfx_shards(tmp_path / "clash", [[{"v": 1}, {"v": 2}], [{"v": 3}, {"v": "three"}]])
     with pytest.raises(ValueError, match=r"feature 'v' is bytes_list in .*00001-of-00002\.gz \(record 1 at byte "
                                          r"offset \d+\) and int64_list in .*00000-of-00002\.gz \(record 0 .*give the "
                                          r"schema|feature 'v' is int64_list in .*00000-of-00002\.gz \(record 0 at byte "
                                          r"offset 0\) and bytes_list in .*00001-of-00002\.gz \(record 1 at byte offset "
                                          r"\d+\).*give the schema"):
         list(read_batches(str(clash / "*.gz"), batch_size=10))
-    empty = _tfx_like(tmp_path / "empty", [[{"v": 1, "never": None}]])
+    empty = write_tfx_shards(tmp_path / "empty", [[{"v": 1, "never": None}]])
     with caplog.at_level("WARNING"):
         got = list(read_batches(str(empty / "*.gz"), batch_size=10))
     assert got[0]["never"].values.tolist() == []

@@ -248,16 +248,16 @@ def test_tfx_shards_with_empty_features_read_typed_by_the_first_value_anywhere(t
     """ExampleGen's gz shards (no manifest): 'tip' is an empty Feature everywhere but in one record
     deep in the last shard; spark.read types it bigint, and every row reads.  Mixed int64 and float
     widen to double-free float; int64 against bytes fails before any task, naming both records."""
-    from test_read_batches import _tfx_like
+    from helpers import write_tfx_shards
 
     shards = [[{"id": k * 3000 + i, "tip": None, "fare": float(i) if k else i} for i in range(3000)]
               for k in range(3)]
     shards[2][2500]["tip"] = 7
-    df = tfspark.read.format("tfrecord").load(str(_tfx_like(tmp_path / "tfx", shards)))
+    df = tfspark.read.format("tfrecord").load(str(write_tfx_shards(tmp_path / "tfx", shards)))
     assert dict(df.dtypes) == {"id": "bigint", "tip": "array<bigint>", "fare": "float"}
     rows = df.collect()
     assert len(rows) == 9000 and [r["tip"] for r in rows if r["tip"]] == [[7]]
-    clash = _tfx_like(tmp_path / "clash", [[{"v": 1}], [{"v": "one"}]])
+    clash = write_tfx_shards(tmp_path / "clash", [[{"v": 1}], [{"v": "one"}]])
     with pytest.raises(Exception, match=r"feature 'v' is int64_list in .*00000-of-00002\.gz \(record 0 at byte "
                                         r"offset 0\) and bytes_list in .*00001-of-00002\.gz"):
         tfspark.read.format("tfrecord").load(str(clash)).schema

@@ -4,9 +4,12 @@ A SOURCE is an output directory, any directory, a glob or a file, local or ``hdf
 (:mod:`tfrecord_io.commands.reading`).
 
 ``inspect`` prints the files, the record count (the manifest's, or counted by reading
-every file), the schema (the manifest's, or inferred from the first ``--sample`` records:
-feature names, kinds, how many values, and a guessed schema type and shape) and the first
-``--head`` records.  Records are shown as JSON (see :func:`tfrecord_io.core.decode.record_to_json`):
+every file), the schema (the manifest's, or inferred: feature names, kinds, how many values, and
+the type and shape) and the first ``--head`` records.  A source without a schema is inferred as
+``spark.read.format("tfrecord")`` and ``read_batches`` infer it, from the same records
+(:func:`tfrecord_io.storage.sources.infer_files`: the first records of every file, ``--sample`` in
+all, and on while a feature has no kind), so the types shown are the ones they read, and a
+conflict of kinds is shown with the error they would raise.  Records are shown as JSON (see :func:`tfrecord_io.core.decode.record_to_json`):
 
 * a feature is ``{"int64_list": [...]}``, ``{"float_list": [...]}``, ``{"bytes_list": [...]}``,
   or ``{}`` for a feature with no kind set, so an empty list and a missing feature differ;
@@ -30,13 +33,13 @@ from typing import Any, Iterator
 from tfrecord_io.commands import exits
 from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.core.decode import RecordDecodeError, decode_record, record_to_json
-from tfrecord_io.core.record_schema import describe_records
-from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records, shard_mismatch
+from tfrecord_io.core.record_schema import INFER_SAMPLE_RECORDS
+from tfrecord_io.storage.sources import Source, SourceFile, infer_files, iter_file_records, shard_mismatch
 
 __all__ = ["configure", "inspect_source", "render_text", "run"]
 
 DEFAULT_HEAD = 5
-DEFAULT_SAMPLE = 1000
+DEFAULT_SAMPLE = INFER_SAMPLE_RECORDS  # spark.read's and read_batches' own
 
 
 # ---------------------------------------------------------------------------------------
@@ -95,20 +98,14 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
         out["records_from"] = "scan"
     out["files"] = files
 
-    want = max(head, sample if source.schema is None else 0)
     rows = []
-    decoded = []
-    undecodable = 0
-    for file, offset, data in _sample(source, want):
+    for file, offset, data in _sample(source, head):
         rec, err = None, None
         try:
             rec = decode_record(data)
-            decoded.append(rec)
         except RecordDecodeError as e:
             err = str(e)
-            undecodable += 1
-        if len(rows) < head:
-            rows.append((file, offset, data, rec, err))
+        rows.append((file, offset, data, rec, err))
 
     if source.schema is not None:
         out["record_type"] = source.schema.record_type
@@ -117,13 +114,16 @@ def inspect_source(source: Source, *, head: int = DEFAULT_HEAD, sample: int = DE
         sequence = source.schema.record_type == "sequence_example"
         order = [f.name for f in source.schema.input_features]
     else:
-        inferred = describe_records(decoded)
+        readable = [(f.uri, f.compression) for f in source.files if f.size is not None]
+        inference = infer_files(readable, sample=sample, skip_undecodable=True)
+        inferred = inference.describe()
         sequence = inferred["record_type"] == "sequence_example"
-        out["record_type"] = inferred["record_type"] if decoded else None
+        out["record_type"] = inferred["record_type"] if inference.records else None
         out["record_type_from"] = "records"
-        out["schema"] = {"from": "records", "sampled": len(decoded) + undecodable, **inferred}
-        if undecodable:
-            out["schema"]["undecodable"] = undecodable
+        out["schema"] = {"from": "records", "sampled": inference.records + inference.undecodable,
+                         "files": len(readable), **inferred}
+        if inference.undecodable:
+            out["schema"]["undecodable"] = inference.undecodable
         order = None
     out["head"] = []
     for file, offset, data, rec, err in rows:
@@ -177,7 +177,8 @@ def _schema_text(schema: dict) -> list[str]:
                 pad = "    " if schema["record_type"] != "example" else "  "
                 lines.append(f"{pad}{f['name']:<{width}}  {f['type']:<6}  {shape:<7}  {', '.join(extra)}".rstrip())
         return lines
-    lines.append(f"schema (inferred from the first {schema['sampled']} records): {schema['record_type']}"
+    lines.append(f"schema (inferred from {schema['sampled']} records of {schema['files']} files, as spark.read and "
+                 f"read_batches infer it): {schema['record_type']}"
                  + (f"; {schema['undecodable']} records are not Examples" if schema.get("undecodable") else ""))
     for title in ("features", "feature_lists"):
         feats = schema.get(title)
@@ -196,13 +197,16 @@ def _schema_text(schema: dict) -> list[str]:
             if "steps" in f:
                 a, b = f["steps"]
                 steps = f"  steps {a if a == b else f'{a}..{b}'}"
-            guess = f["type"] or "?"
+            guess = f["type"] or "? (kinds conflict)"
             if f["shape"] is not None:
                 guess += f" {f['shape']}"
             lines.append(f"{pad}{f['name']:<{width}}  {kinds:<11}  in {f['present']}/{f['records']} records"
-                         f"{steps}  values {values}  ~ {guess}")
+                         f"{steps}  values {values}  read as {guess}")
         if not feats:
             lines.append(f"{pad}(none)")
+    lines += [f"  note: {note}" for note in schema.get("notes", ())]
+    if schema.get("error"):
+        lines.append(f"  no schema reads these records: {schema['error']}")
     return lines
 
 
@@ -271,7 +275,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", type=int, default=DEFAULT_HEAD, metavar="N",
                         help=f"records to show (default {DEFAULT_HEAD})")
     parser.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, metavar="N",
-                        help=f"records to infer the schema from when there is no manifest (default {DEFAULT_SAMPLE})")
+                        help=f"records to infer the schema from when there is no manifest, spread over the files "
+                             f"(and more while a feature has no value; default {DEFAULT_SAMPLE}, as spark.read "
+                             f"and read_batches)")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes for counting records without a manifest (default: one per file, "
                              "at most the CPU count; one for sources under 32 MB)")

@@ -1,8 +1,9 @@
 """What decoded records hold, and the schema they imply: the one inference rule for every reader.
 
-``tfrecord-io inspect`` shows :func:`describe_records` of a source without a manifest, and
 ``spark.read.format("tfrecord")`` and ``read_batches`` type the columns of files that others wrote
-(TensorFlow, Beam, TFX, spark-tfrecord) by :func:`infer_schema`: both from the same rules.
+(TensorFlow, Beam, TFX, spark-tfrecord) by :func:`infer_schema`, and ``tfrecord-io inspect`` shows
+:meth:`Inference.describe` of the very same records (:func:`read_sample`): one inference, so what
+inspect says a source holds is what they read.
 
 Per feature (and per feature list, per step):
 
@@ -31,10 +32,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from tfrecord_io.core.decode import DecodedRecord, decode_record
+from tfrecord_io.core.decode import DecodedRecord, RecordDecodeError, decode_record
 from tfrecord_io.core.schema import Feature, Schema
 
-__all__ = ["Inference", "describe_records", "infer_schema"]
+__all__ = ["Inference", "describe_records", "infer_schema", "read_sample"]
 
 _TYPES = {"int64_list": "int64", "float_list": "float"}
 #: The records sampled from the starts of the files, spread over them, and the least from each file.
@@ -76,15 +77,12 @@ class _Seen:
                 self.utf8 = False
 
     def describe(self, name: str, records: int, sequence: bool) -> dict:
+        """What was seen of the feature; :meth:`Inference.describe` adds its type and shape."""
         kinds = {k: n for k, n in self.kinds.most_common()}
         out: dict[str, Any] = {"name": name, "kinds": kinds, "present": self.present, "records": records}
         if sequence:
             out["steps"] = [self.min_steps, self.max_steps]
         out["values"] = [self.min_values, self.max_values]
-        main = next((k for k in kinds if k != "None"), None)
-        out["type"] = None if main is None else _TYPES.get(main, "string" if self.utf8 else "bytes")
-        shape = self.shape()
-        out["shape"] = None if shape is None else list(shape)
         return out
 
     def shape(self) -> tuple[int, ...] | None:
@@ -94,38 +92,40 @@ class _Seen:
         return (-1,)
 
 
-def describe_records(decoded: Sequence[DecodedRecord], *, sequence: bool | None = None) -> dict:
-    """The features seen in decoded records (records that did not decode left out).
-
-    Returns ``{"record_type", "records", "features": [...], "feature_lists": [...]}``; each
-    feature has its ``kinds`` (with counts), ``present`` (records that have it), ``values``
-    ([min, max] values per record, or per step), its ``type`` (None when no record set a kind)
-    and ``shape`` (``None`` = scalar; module doc).  Feature lists also have ``steps`` ([min, max]).
-    """
+def describe_records(decoded: Sequence[DecodedRecord]) -> dict:
+    """:meth:`Inference.describe` of decoded records."""
     seen = Inference()
     for r in decoded:
         seen.add_decoded(r)
-    sequence = seen.sequence if sequence is None else sequence
-    n, feats, lists = seen.records, seen.feats, seen.lists
-    out = {"record_type": "sequence_example" if sequence else "example", "records": n,
-           "features": [feats[k].describe(k, n, False) for k in sorted(feats)]}
-    if sequence:
-        out["feature_lists"] = [lists[k].describe(k, n, True) for k in sorted(lists)]
-    return out
+    return seen.describe()
 
 
 class Inference:
     """The schema records imply, built a record at a time (module doc): :meth:`add` each record
-    with where it is, :attr:`unknown` says which features have no kind yet, :meth:`schema` the result."""
+    with where it is, :attr:`unknown` says which features have no kind yet, :meth:`schema` the
+    result, :meth:`describe` what was seen with it.
 
-    def __init__(self) -> None:
+    ``skip_undecodable``: a record that is not an Example or SequenceExample is counted in
+    :attr:`undecodable` and left out (``inspect`` shows such sources); otherwise it raises."""
+
+    def __init__(self, *, skip_undecodable: bool = False) -> None:
         self.feats: dict[str, _Seen] = {}
         self.lists: dict[str, _Seen] = {}
         self.records = 0
+        self.undecodable = 0
         self.sequence = False
+        self.skip_undecodable = skip_undecodable
+        self.bound: int | None = None  # read_sample's max_records, for the note when it stopped there
 
     def add(self, data: bytes, uri: str, record: int, offset: int) -> None:
-        self.add_decoded(decode_record(data), (uri, record, offset))
+        try:
+            decoded = decode_record(data)
+        except RecordDecodeError:
+            if not self.skip_undecodable:
+                raise
+            self.undecodable += 1
+            return
+        self.add_decoded(decoded, (uri, record, offset))
 
     def add_decoded(self, decoded: DecodedRecord, where: tuple | None = None) -> None:
         """One decoded record; ``where`` (file, record, byte offset) names it in a conflict."""
@@ -147,48 +147,88 @@ class Inference:
         """Features (and feature lists) seen with no kind yet."""
         return sorted(n for table in (self.feats, self.lists) for n, s in table.items() if not s.first)
 
+    def _typed(self, name: str, seen: _Seen, notes: list[str]) -> Feature:
+        """The feature's type and shape (module doc); ValueError for a conflict of kinds."""
+        kinds = set(seen.first)
+        if not kinds:
+            notes.append(f"feature {name!r} has no value in the {self.records:,} records read: read as a list "
+                         f"of strings (give the schema to type it)")
+            kind = "bytes_list"
+        elif kinds == {"int64_list", "float_list"}:
+            kind = "float_list"  # widened: int64 values read as float
+        elif len(kinds) > 1:
+            (k1, w1), (k2, w2) = sorted(seen.first.items(), key=lambda kv: kv[1])[:2]
+            raise ValueError(
+                f"feature {name!r} is {k1} in {w1[0]} (record {w1[1]} at byte offset {w1[2]}) and {k2} in "
+                f"{w2[0]} (record {w2[1]} at byte offset {w2[2]}): no one type reads both; give the schema "
+                f"(spark.read.format('tfrecord').schema(...) or .option('schema', 'schema.yaml'); "
+                f"read_batches(schema=...))")
+        else:
+            kind = next(iter(kinds))
+        return Feature(name=name, type=_TYPES.get(kind, "string" if seen.utf8 else "bytes"), shape=seen.shape())
+
     def schema(self) -> tuple[Schema, list[str]]:
         """``(schema, notes)``: notes name each feature typed without evidence.  ValueError for
         no records, a conflict of kinds, or SequenceExamples without a context feature."""
         if not self.records:
             raise ValueError("no records to infer a schema from: pass option('schema', ...) or .schema(...)")
         notes: list[str] = []
-
-        def typed(name: str, seen: _Seen) -> Feature:
-            kinds = set(seen.first)
-            if not kinds:
-                notes.append(f"feature {name!r} has no value in the {self.records:,} records read: read as a list "
-                             f"of strings (give the schema to type it)")
-                kind = "bytes_list"
-            elif kinds == {"int64_list", "float_list"}:
-                kind = "float_list"  # widened: int64 values read as float
-            elif len(kinds) > 1:
-                (k1, w1), (k2, w2) = sorted(seen.first.items(), key=lambda kv: kv[1])[:2]
-                raise ValueError(
-                    f"feature {name!r} is {k1} in {w1[0]} (record {w1[1]} at byte offset {w1[2]}) and {k2} in "
-                    f"{w2[0]} (record {w2[1]} at byte offset {w2[2]}): no one type reads both; give the schema "
-                    f"(spark.read.format('tfrecord').schema(...) or .option('schema', 'schema.yaml'); "
-                    f"read_batches(schema=...))")
-            else:
-                kind = next(iter(kinds))
-            return Feature(name=name, type=_TYPES.get(kind, "string" if seen.utf8 else "bytes"), shape=seen.shape())
-
-        context = tuple(typed(n, self.feats[n]) for n in sorted(self.feats))
+        context = tuple(self._typed(n, self.feats[n], notes) for n in sorted(self.feats))
         if not self.sequence:
-            return Schema(features=context), notes
+            return Schema(features=context), notes + self._bound_note()
         if not context:
             raise ValueError("SequenceExamples without context features: pass option('schema', ...)")
-        sequence = tuple(typed(n, self.lists[n]) for n in sorted(self.lists))
+        sequence = tuple(self._typed(n, self.lists[n], notes) for n in sorted(self.lists))
         return Schema(record_type="sequence_example", context=context, sequence=sequence,
-                      group_by=context[0].name), notes
+                      group_by=context[0].name), notes + self._bound_note()
+
+    def _bound_note(self) -> list[str]:
+        if self.bound is not None and self.unknown and self.records >= self.bound:
+            return [f"stopped at {self.bound:,} records (the inference's bound) with {len(self.unknown)} "
+                    f"feature(s) still without a value"]
+        return []
+
+    def describe(self) -> dict:
+        """What the records hold and the schema read from them: ``{"record_type", "records",
+        "features": [...], "feature_lists": [...] (SequenceExamples), "notes": [...]}``, and
+        ``"error"``: why no schema reads them (a conflict of kinds, as :meth:`schema` raises it).
+
+        Each feature has its ``kinds`` (with counts), ``present`` (records that have it),
+        ``values`` ([min, max] values per record, or per step; feature lists also ``steps``), and
+        the ``type`` and ``shape`` (``None`` = scalar) :meth:`schema` gives it -- ``None`` for a
+        feature whose kinds conflict, with the ``conflict``."""
+        n, notes = self.records, []
+
+        def entry(name: str, seen: _Seen, sequence: bool) -> dict:
+            out = seen.describe(name, n, sequence)
+            try:
+                f = self._typed(name, seen, notes)
+            except ValueError as e:
+                out.update(type=None, shape=None, conflict=str(e))
+            else:
+                out.update(type=f.type, shape=None if f.shape is None else list(f.shape))
+            return out
+
+        out: dict[str, Any] = {"record_type": "sequence_example" if self.sequence else "example", "records": n,
+                               "features": [entry(k, self.feats[k], False) for k in sorted(self.feats)]}
+        if self.sequence:
+            out["feature_lists"] = [entry(k, self.lists[k], True) for k in sorted(self.lists)]
+        out["notes"] = notes + self._bound_note()
+        if n:
+            try:
+                self.schema()
+            except ValueError as e:
+                out["error"] = str(e)
+        return out
 
 
-def infer_schema(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple[int, bytes]]], *,
-                 sample: int = INFER_SAMPLE_RECORDS, min_per_file: int = INFER_MIN_PER_FILE,
-                 max_records: int = INFER_MAX_RECORDS) -> tuple[Schema, list[str]]:
-    """The schema of files without one (module doc): ``records_of(uri)`` yields a file's
-    ``(offset, data)``; returns ``(schema, notes)``.  Reads no file further than it must."""
-    inference = Inference()
+def read_sample(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple[int, bytes]]], *,
+                sample: int = INFER_SAMPLE_RECORDS, min_per_file: int = INFER_MIN_PER_FILE,
+                max_records: int = INFER_MAX_RECORDS, skip_undecodable: bool = False) -> Inference:
+    """The records the inference reads (module doc), added to an :class:`Inference`:
+    ``records_of(uri)`` yields a file's ``(offset, data)``.  Reads no file further than it must."""
+    inference = Inference(skip_undecodable=skip_undecodable)
+    inference.bound = max_records
     per_file = max(min_per_file, sample // max(1, len(uris)))
     for uri in uris:  # the first records of every file
         for k, (offset, data) in enumerate(records_of(uri)):
@@ -204,8 +244,12 @@ def infer_schema(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple
             if not inference.unknown or inference.records >= max_records:
                 break
             inference.add(data, uri, k, offset)
-    schema, notes = inference.schema()
-    if inference.unknown and inference.records >= max_records:
-        notes.append(f"stopped at {max_records:,} records (the inference's bound) with {len(inference.unknown)} "
-                     f"feature(s) still without a value")
-    return schema, notes
+    return inference
+
+
+def infer_schema(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple[int, bytes]]], *,
+                 sample: int = INFER_SAMPLE_RECORDS, min_per_file: int = INFER_MIN_PER_FILE,
+                 max_records: int = INFER_MAX_RECORDS) -> tuple[Schema, list[str]]:
+    """The schema of files without one (module doc), from :func:`read_sample`'s records:
+    ``(schema, notes)``."""
+    return read_sample(uris, records_of, sample=sample, min_per_file=min_per_file, max_records=max_records).schema()

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from tfrecord_io.core.checksum import ChecksumReader, format_crc, parse_crc
 from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
-from tfrecord_io.core.record_schema import infer_schema
+from tfrecord_io.core.record_schema import INFER_SAMPLE_RECORDS, Inference, read_sample
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage import fs
 from tfrecord_io.storage.inputs import hidden, is_glob
@@ -42,7 +42,7 @@ from tfrecord_io.storage.schema_io import load_schema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "ManifestFile", "ShardMismatchError", "ShardReader", "Source", "SourceFile", "infer_files_schema",
+__all__ = ["Manifest", "ManifestFile", "ShardMismatchError", "ShardReader", "Source", "SourceFile", "infer_files", "infer_files_schema",
            "iter_file_records", "resolve_source", "shard_mismatch", "sniff_compression"]
 
 
@@ -453,16 +453,24 @@ def iter_file_records(file: SourceFile, *, verify: bool = True, report=None,
         raise problem
 
 
-def infer_files_schema(files: Sequence[tuple[str, str]]) -> Schema:
-    """The schema of ``(uri, compression)`` files without a manifest: the one inference of every
-    reader (:func:`tfrecord_io.core.record_schema.infer_schema`); its notes are logged as warnings."""
+def infer_files(files: Sequence[tuple[str, str]], *, sample: int = INFER_SAMPLE_RECORDS,
+                skip_undecodable: bool = False) -> Inference:
+    """What the inference of every reader reads of ``(uri, compression)`` files without a manifest
+    (:func:`tfrecord_io.core.record_schema.read_sample`): ``.schema()`` is the schema ``spark.read``
+    and ``read_batches`` read them with, ``.describe()`` what ``tfrecord-io inspect`` shows."""
     compressions = dict(files)
 
     def records_of(uri: str):
         with fs.open(uri, "rb") as f:
             yield from iter_records(f, name=uri, compression=compressions[uri])
 
-    schema, notes = infer_schema([uri for uri, _ in files], records_of)
+    return read_sample([uri for uri, _ in files], records_of, sample=sample, skip_undecodable=skip_undecodable)
+
+
+def infer_files_schema(files: Sequence[tuple[str, str]]) -> Schema:
+    """The schema of ``(uri, compression)`` files without a manifest: the one inference of every
+    reader (:func:`infer_files`); its notes are logged as warnings."""
+    schema, notes = infer_files(files).schema()
     for note in notes:
         log.warning("inferring the schema of %s: %s", files[0][0] if len(files) == 1 else f"{len(files)} files", note)
     return schema
