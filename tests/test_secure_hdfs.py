@@ -158,6 +158,24 @@ def test_every_reader_and_writer_with_the_ticket_cache(secure_hdfs, spark_cli, t
     no_secret_in(manifest + spark.stdout + spark.stderr + beam.stderr, secure_hdfs)
 
 
+def test_spark_submit_without_javas_krb5_option_is_one_line_saying_what_to_add(secure_hdfs, spark_cli, tmp_path):
+    """KRB5_CONFIG is the realm's file for Python (hdfs-native, the KDC library); Java reads only
+    java.security.krb5.conf.  A spark-submit without that option used to end in a 56-line Java trace
+    ("Can't get Kerberos realm"): the job says it in one line, with the option to add (#32 item 7)."""
+    env = user_env(secure_hdfs)
+    base = secure_hdfs.uri(f"/realm/{uuid.uuid4().hex[:8]}")
+    python(env, PUT, base, "10", SCHEMA)
+    proc = run(env, VENV_BIN / "spark-submit", "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+               REPO / "jobs" / "to_tfrecord.py", "--input", f"{base}/in/", "--format", "csv", "--schema",
+               f"{base}/schema.yaml", "--output", f"{base}/out", check=False, cwd=tmp_path)
+    said = proc.stdout + proc.stderr  # (spark-submit joins the driver's stderr to its stdout)
+    assert proc.returncode == 2, said[-4000:]
+    errors = [ln for ln in said.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and errors[0].startswith("to_tfrecord.py: error: "), said[-4000:]
+    assert f"-Djava.security.krb5.conf={env['KRB5_CONFIG']}" in errors[0], errors[0]
+    assert "\tat " not in said and "Traceback" not in said, said[-4000:]
+
+
 def test_a_keytab_alone_through_the_ha_nameservice(secure_ha_hdfs, spark_cli, tmp_path):
     """No ticket anywhere: the keytab (--principal/--keytab on our command lines and spark-submit's;
     the variables for the library) logs every process in, Spark's local Python workers and Beam's

@@ -275,6 +275,17 @@ def _first_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
+def _realm_fix() -> str:
+    """What to do when Spark's JVM finds no Kerberos realm: Java reads ``java.security.krb5.conf``
+    (default /etc/krb5.conf), not ``KRB5_CONFIG``, which Python's Kerberos library and hdfs-native read."""
+    conf = os.environ.get("KRB5_CONFIG")
+    option = f"-Djava.security.krb5.conf={conf}" if conf else "-Djava.security.krb5.conf=/path/to/krb5.conf"
+    where = (f"KRB5_CONFIG is {conf}, which Java does not read" if conf else
+             "Java reads /etc/krb5.conf unless told otherwise")
+    return (f"{where}; give Spark's JVMs the realm's krb5.conf: spark-submit --driver-java-options {option} "
+            f"--conf spark.executor.extraJavaOptions={option} (or the same in spark-defaults.conf)")
+
+
 def _java_cause(chain: list[tuple[str, str]]) -> str:
     """The line for a Java failure: a Python worker's (its TaskFailed line, or its last exception line),
     else the root cause, ``Class: first line of its message``."""
@@ -329,6 +340,11 @@ def start_failure(e: BaseException) -> Exception:
             chain = _java_chain(java)
         except Exception:  # noqa: BLE001 - the JVM is gone: the cause below is the text
             chain = []
+    realm = next((message for _, message in chain
+                  if "Cannot locate default realm" in message or "Can't get Kerberos realm" in message), None)
+    if realm is not None:
+        return ValueError(f"Spark did not start: its JVM finds no Kerberos realm ({_first_line(realm)}): "
+                          f"{_realm_fix()}")
     refusals = [(name, message) for name, message in chain if name in _REFUSALS]
     if refusals:
         name, message = refusals[-1]
