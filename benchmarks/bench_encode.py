@@ -13,6 +13,12 @@ records/s, and the ratio is ours / baseline.  Run:  .venv/bin/python benchmarks/
 the floors a single core cannot go under on the same bytes (issue #22 item 4): a copy of the
 serialized records (memory bandwidth), the CRC32C of each record (the C library the framing
 calls), and the write of the framed bytes to the file.
+
+``--cores`` runs the path with each record core in the same run (issue #30): the compiled one
+(``tfrecord_io.core._native``) and the numpy one (``tfrecord_io.core.native.pure()``), alternating,
+``--repeats`` rounds, each round also timing the pure-Python baseline; it prints the medians and
+the median of the per-round ratios.  Without ``--cores`` "ours" is whichever core this process
+selected (``tfrecord-io --version`` says which; ``TFRECORD_IO_PURE=1`` forces numpy).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 from tfrecord_io.core.framing import TFRecordWriter  # noqa: E402
 from tfrecord_io.core.schema import Schema  # noqa: E402
@@ -127,6 +134,45 @@ def same_content(ours: str, baseline: str, n: int) -> bool:
     return all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in spec)
 
 
+def compare_cores(table: pa.Table, base_rows: list[dict], d: str, args) -> None:
+    """Interleaved rounds: the compiled core, the numpy core and the pure-Python path, each round."""
+    if native.available() is None:
+        raise SystemExit("--cores: the compiled record core is not built (make check / pip install -e . with Rust)")
+    paths = {k: os.path.join(d, f"{k}.tfrecord") for k in ("native", "numpy", "python")}
+    rates: dict[str, list[float]] = {"native": [], "numpy": [], "python": []}
+    for r in range(args.repeats):
+        for core in (("native", "numpy") if r % 2 == 0 else ("numpy", "native")):
+            if core == "numpy":
+                with native.pure():
+                    seconds = run_ours(table, paths[core], args.batch_rows)
+            else:
+                seconds = run_ours(table, paths[core], args.batch_rows)
+            rates[core].append(args.rows / seconds)
+        rates["python"].append(args.baseline_rows / run_baseline(base_rows, paths["python"]))
+        print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()), flush=True)
+    with open(paths["native"], "rb") as a, open(paths["numpy"], "rb") as b:
+        identical = a.read() == b.read()
+    ok = same_content(paths["native"], paths["python"], min(1000, args.baseline_rows))
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(rates[a], rates[b]))
+
+    print(f"\nbench_encode --cores on {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}), "
+          f"{args.rows:,} rows x 17 columns, batches of {args.batch_rows}; {args.repeats} interleaved rounds")
+    print(f"native and numpy files byte-identical: {identical}; same values as the baseline: {ok}\n")
+    print("| path | records/s (median) | vs pure Python (median of round ratios) |")
+    print("| --- | ---: | ---: |")
+    print(f"| pure Python (tf.train.Example + tf.io.TFRecordWriter), {args.baseline_rows:,} rows "
+          f"| {statistics.median(rates['python']):,.0f} | 1.0x |")
+    print(f"| numpy core: encode_examples + TFRecordWriter | {statistics.median(rates['numpy']):,.0f} "
+          f"| {ratio('numpy', 'python'):.1f}x |")
+    print(f"| compiled core (Rust): encode_examples + TFRecordWriter | {statistics.median(rates['native']):,.0f} "
+          f"| {ratio('native', 'python'):.1f}x |")
+    print(f"\ncompiled / numpy: {ratio('native', 'numpy'):.2f}x (median of the round ratios)")
+    if not (identical and ok):
+        raise SystemExit("the paths wrote different bytes or values")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -134,10 +180,15 @@ def main() -> None:
     p.add_argument("--batch-rows", type=int, default=8192)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--stages", action="store_true", help="also time each stage of ours alone (CPU seconds)")
+    p.add_argument("--cores", action="store_true", help="the compiled and the numpy record core, interleaved rounds")
     args = p.parse_args()
 
     table = make_table(args.rows)
     base_rows = table.slice(0, args.baseline_rows).to_pylist()
+    if args.cores:
+        with tempfile.TemporaryDirectory() as d:
+            compare_cores(table, base_rows, d, args)
+        return
     with tempfile.TemporaryDirectory() as d:
         ours_path, base_path = os.path.join(d, "ours.tfrecord"), os.path.join(d, "base.tfrecord")
         ours_t = [run_ours(table, ours_path, args.batch_rows) for _ in range(args.repeats)]
@@ -148,7 +199,8 @@ def main() -> None:
     ours_rate = args.rows / statistics.median(ours_t)
     base_rate = args.baseline_rows / statistics.median(base_t)
     print(f"\nbench_encode on {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}), "
-          f"{args.rows:,} rows x 17 columns, batches of {args.batch_rows}; median of {args.repeats} runs")
+          f"{args.rows:,} rows x 17 columns, batches of {args.batch_rows}; median of {args.repeats} runs; "
+          f"record core: {native.description()}")
     print(f"same values as the baseline for the first records: {ok}; our file: {ours_size / 1e6:.1f} MB\n")
     print("| path | records/s | ratio |")
     print("| --- | ---: | ---: |")

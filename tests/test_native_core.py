@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from helpers import REPO, VENV_BIN, examples
@@ -318,6 +318,7 @@ def test_damaged_streams_fail_the_same_way(records, kind, at, bit, step, compres
 def test_huge_length_fields_fail_the_same_way(records, which, length, good_crc, step):
     if native.active() is None:
         pytest.skip(HOW_TO_BUILD)
+    assume(len(records[which % len(records)]) != length)  # a changed length field
     stream = _huge_length(frame_records(records), which % len(records), length, good_crc)
     for walk in _walks(stream, step, "none"):
         items, error = same_outcome(walk)

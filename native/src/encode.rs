@@ -172,28 +172,42 @@ impl<'a> Column<'a> {
 
     /// Write element i's Feature message (it must be present) at `out[at..]`.
     #[inline]
-    fn write(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
-        let (a, b) = (self.ends[i], self.ends[i + 1]);
-        let p = self.payload[i];
+    fn write(&self, i: usize, out: &mut [u8], at: usize) -> usize {
+        let at = self.write_header(i, out, at);
+        self.write_values(i, out, at)
+    }
+
+    /// The bytes of element i's Feature before its values: the kind's tag, the list's length and,
+    /// for packed numbers, the packed field's tag and length.  The same for every element whose
+    /// Feature has the same length (`Entry` keeps them by that length).
+    #[inline]
+    fn write_header(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
         out[at] = self.kind.tag();
         at = varint::put(out, at + 1, self.list_len[i]);
+        if self.kind != Kind::Bytes && self.ends[i + 1] > self.ends[i] {
+            out[at] = 0x0a;
+            at = varint::put(out, at + 1, self.payload[i]);
+        }
+        at
+    }
+
+    #[inline]
+    fn write_values(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
+        let (a, b) = (self.ends[i], self.ends[i + 1]);
         match self.kind {
             Kind::Float => {
-                if b > a {
-                    out[at] = 0x0a;
-                    at = varint::put(out, at + 1, p);
+                if b == a + 1 {  // a scalar: a fixed-size copy, no call
+                    out[at..at + 4].copy_from_slice(&self.data[4 * a..4 * a + 4]);
+                    at += 4;
+                } else {
                     let src = &self.data[4 * a..4 * b];
                     out[at..at + src.len()].copy_from_slice(src);
                     at += src.len();
                 }
             }
             Kind::Int => {
-                if b > a {
-                    out[at] = 0x0a;
-                    at = varint::put(out, at + 1, p);
-                    for &v in &self.ints[a..b] {
-                        at = varint::put(out, at, v as u64);
-                    }
+                for &v in &self.ints[a..b] {
+                    at = varint::put(out, at, v as u64);
                 }
             }
             Kind::Bytes => {
@@ -270,14 +284,40 @@ enum Value<'a> {
     List(Steps<'a>),
 }
 
+/// Entries whose value is shorter than this keep the bytes before their values (the entry's tag
+/// and length, the key, the Feature's tag and lengths), built the first time a length is seen.
+const CACHED: usize = 256;
+/// Cached prefixes are copied this many bytes at a time, a fixed-size copy (the bytes past the
+/// prefix are overwritten by what follows it).
+const WIDE: usize = 64;
+
 /// One map entry per row (of `Features.feature` or `FeatureLists.feature_list`): the key, then
 /// the row's Feature or FeatureList.
 struct Entry<'a> {
     key: &'a [u8], // 0x0a len(key) key 0x12, as the caller built it
     value: Value<'a>,
+    stride: usize,      // bytes per cached prefix (at least WIDE)
+    prefixes: Vec<u8>,  // CACHED * stride, filled lazily
+    prefix_len: Vec<u32>, // 0: not built yet
 }
 
 impl<'a> Entry<'a> {
+    fn new(key: &'a [u8], value: Value<'a>) -> Self {
+        let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
+        let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
+        Entry { key, value, stride, prefixes: vec![0; cached * stride], prefix_len: vec![0; cached] }
+    }
+
+    /// Write the entry's bytes before row r's values (its Feature's value length is `v`).
+    #[inline]
+    fn write_prefix(&self, c: &Column, r: usize, v: u64, out: &mut [u8], mut at: usize) -> usize {
+        out[at] = 0x0a;
+        at = varint::put(out, at + 1, self.entry_len(v));
+        out[at..at + self.key.len()].copy_from_slice(self.key);
+        at = varint::put(out, at + self.key.len(), v);
+        c.write_header(r, out, at)
+    }
+
     #[inline]
     fn value_len(&self, r: usize) -> Option<u64> {
         match &self.value {
@@ -298,25 +338,56 @@ impl<'a> Entry<'a> {
     }
 
     #[inline]
-    fn write(&self, r: usize, out: &mut [u8], mut at: usize) -> usize {
+    fn write(&mut self, r: usize, out: &mut [u8], mut at: usize) -> usize {
         let Some(v) = self.value_len(r) else { return at };
-        out[at] = 0x0a;
-        at = varint::put(out, at + 1, self.entry_len(v));
-        out[at..at + self.key.len()].copy_from_slice(self.key);
-        at = varint::put(out, at + self.key.len(), v);
         match &self.value {
-            Value::Feature(c) => c.write(r, out, at),
-            Value::List(s) => s.write(r, out, at),
+            Value::Feature(c) => {
+                let vi = v as usize;
+                if vi >= CACHED {
+                    at = self.write_prefix(c, r, v, out, at);
+                } else {
+                    let (stride, start) = (self.stride, vi * self.stride);
+                    if self.prefix_len[vi] == 0 {
+                        let mut tmp = vec![0u8; stride];
+                        let len = self.write_prefix(c, r, v, &mut tmp, 0);
+                        self.prefixes[start..start + stride].copy_from_slice(&tmp);
+                        self.prefix_len[vi] = len as u32;
+                    }
+                    let len = self.prefix_len[vi] as usize;
+                    if stride == WIDE && at + WIDE <= out.len() {
+                        let src: &[u8; WIDE] = self.prefixes[start..start + WIDE].try_into().unwrap();
+                        out[at..at + WIDE].copy_from_slice(src);
+                    } else {
+                        out[at..at + len].copy_from_slice(&self.prefixes[start..start + len]);
+                    }
+                    at += len;
+                }
+                c.write_values(r, out, at)
+            }
+            Value::List(s) => {
+                out[at] = 0x0a;
+                at = varint::put(out, at + 1, self.entry_len(v));
+                out[at..at + self.key.len()].copy_from_slice(self.key);
+                at = varint::put(out, at + self.key.len(), v);
+                s.write(r, out, at)
+            }
         }
     }
 }
 
-fn body_len(entries: &[Entry], r: usize) -> u64 {
-    entries.iter().map(|e| e.total(r)).sum()
+/// The length of each row's body: the sum of its entries (an entry at a time: tight loops).
+fn body_lens(entries: &[Entry], n: usize) -> Vec<u64> {
+    let mut body = vec![0u64; n];
+    for e in entries {
+        for (r, b) in body.iter_mut().enumerate() {
+            *b += e.total(r);
+        }
+    }
+    body
 }
 
-fn write_body(entries: &[Entry], r: usize, out: &mut [u8], mut at: usize) -> usize {
-    for e in entries {
+fn write_body(entries: &mut [Entry], r: usize, out: &mut [u8], mut at: usize) -> usize {
+    for e in entries.iter_mut() {
         at = e.write(r, out, at);
     }
     at
@@ -324,28 +395,27 @@ fn write_body(entries: &[Entry], r: usize, out: &mut [u8], mut at: usize) -> usi
 
 /// The records: one message per row of `n`, made of an optional `Features` (field 1) and, for
 /// SequenceExamples, a `FeatureLists` (field 2).  Returns (offsets as int64 bytes, data).
-fn records<'py>(py: Python<'py>, n: usize, features: Option<&[Entry]>, lists: Option<&[Entry]>)
+fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, mut lists: Option<&mut [Entry]>)
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let mut lens = Vec::with_capacity(n);
+    let f_lens = features.as_deref().map(|e| body_lens(e, n));
+    let l_lens = lists.as_deref().map(|e| body_lens(e, n));
     let mut offsets: Vec<u8> = Vec::with_capacity(8 * (n + 1));
     let mut total = 0u64;
     offsets.extend_from_slice(&0i64.to_le_bytes());
     for r in 0..n {
-        let f = features.map(|e| body_len(e, r));
-        let l = lists.map(|e| body_len(e, r));
-        total += f.map_or(0, framed) + l.map_or(0, framed);
-        lens.push((f, l));
+        total += f_lens.as_ref().map_or(0, |b| framed(b[r])) + l_lens.as_ref().map_or(0, |b| framed(b[r]));
         offsets.extend_from_slice(&(total as i64).to_le_bytes());
     }
     let data = PyBytes::new_with(py, total as usize, |out| {
         let mut at = 0;
-        for (r, (f, l)) in lens.iter().enumerate() {
-            if let (Some(len), Some(entries)) = (f, features) {
+        for r in 0..n {
+            let (f, l) = (f_lens.as_ref().map(|b| &b[r]), l_lens.as_ref().map(|b| &b[r]));
+            if let (Some(len), Some(entries)) = (f, features.as_deref_mut()) {
                 out[at] = 0x0a;
                 at = varint::put(out, at + 1, *len);
                 at = write_body(entries, r, out, at);
             }
-            if let (Some(len), Some(entries)) = (l, lists) {
+            if let (Some(len), Some(entries)) = (l, lists.as_deref_mut()) {
                 out[at] = 0x12;
                 at = varint::put(out, at + 1, *len);
                 at = write_body(entries, r, out, at);
@@ -364,7 +434,7 @@ fn feature_entries<'a>(args: &'a [(Vec<u8>, ColumnArgs)], n: usize, what: &str) 
             if col.1 != n {
                 return Err(PyValueError::new_err(format!("{where_}: {} elements, expected {n} rows", col.1)));
             }
-            Ok(Entry { key, value: Value::Feature(Column::new(col, &where_)?) })
+            Ok(Entry::new(key, Value::Feature(Column::new(col, &where_)?)))
         })
         .collect()
 }
@@ -374,8 +444,8 @@ fn feature_entries<'a>(args: &'a [(Vec<u8>, ColumnArgs)], n: usize, what: &str) 
 #[pyfunction]
 pub fn encode_examples<'py>(py: Python<'py>, n: usize, features: Vec<(Vec<u8>, ColumnArgs)>)
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let entries = feature_entries(&features, n, "example")?;
-    records(py, n, Some(&entries), None)
+    let mut entries = feature_entries(&features, n, "example")?;
+    records(py, n, Some(&mut entries), None)
 }
 
 /// One sequence feature: (map entry key part, group presence, steps per group, steps column).
@@ -388,17 +458,17 @@ pub type SequenceArgs = (Vec<u8>, Option<PyBuffer<u8>>, PyBuffer<i64>, ColumnArg
 pub fn encode_sequence_examples<'py>(py: Python<'py>, n: usize, context: Option<Vec<(Vec<u8>, ColumnArgs)>>,
                                      sequence: Vec<SequenceArgs>)
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let ctx = match &context {
+    let mut ctx = match &context {
         Some(c) => Some(feature_entries(c, n, "context")?),
         None => None,
     };
-    let lists = sequence
+    let mut lists = sequence
         .iter()
         .map(|(key, present, counts, col)| {
             let where_ = format!("sequence map entry {}", String::from_utf8_lossy(key));
             let steps = Column::new(col, &where_)?;
-            Ok(Entry { key, value: Value::List(Steps::new(n, present, counts, steps, &where_)?) })
+            Ok(Entry::new(key, Value::List(Steps::new(n, present, counts, steps, &where_)?)))
         })
         .collect::<PyResult<Vec<_>>>()?;
-    records(py, n, ctx.as_deref(), Some(&lists))
+    records(py, n, ctx.as_deref_mut(), Some(&mut lists))
 }

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{check_offsets, slice};
-use crate::crc::masked_crc32c;
+use crate::crc::{masked_crc32c, masked_crc32c_u64};
 
 const HEADER: usize = 12;
 const FOOTER: usize = 4;
@@ -20,9 +20,9 @@ const FOOTER: usize = 4;
 /// Write one framed record at `out[at..]`; returns the position after it.
 #[inline]
 fn put_record(out: &mut [u8], at: usize, data: &[u8]) -> usize {
-    let len = (data.len() as u64).to_le_bytes();
-    out[at..at + 8].copy_from_slice(&len);
-    out[at + 8..at + 12].copy_from_slice(&masked_crc32c(&len).to_le_bytes());
+    let len = data.len() as u64;
+    out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    out[at + 8..at + 12].copy_from_slice(&masked_crc32c_u64(len).to_le_bytes());
     let end = at + HEADER + data.len();
     out[at + HEADER..end].copy_from_slice(data);
     out[end..end + FOOTER].copy_from_slice(&masked_crc32c(data).to_le_bytes());
@@ -60,14 +60,13 @@ pub fn frame_list<'py>(py: Python<'py>, records: Vec<Bound<'py, PyBytes>>) -> Py
 }
 
 /// A failed check: (which: 0 length CRC / 1 data CRC, header position, length, stored, computed).
-type Bad = (u8, usize, u64, u32, u32);
+type Bad = (u8, u64, u64, u32, u32);
 
 #[inline]
 fn header_at(buf: &[u8], pos: usize) -> (u64, u32, u32) {
-    let len_bytes = &buf[pos..pos + 8];
-    let length = u64::from_le_bytes(len_bytes.try_into().unwrap());
+    let length = u64::from_le_bytes(buf[pos..pos + 8].try_into().unwrap());
     let stored = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap());
-    (length, stored, masked_crc32c(len_bytes))
+    (length, stored, masked_crc32c_u64(length))
 }
 
 /// Where the record whose header is at `pos` ends, if it ends inside `len` bytes.
@@ -97,7 +96,7 @@ pub fn scan_lengths<'py>(py: Python<'py>, buf: PyBuffer<u8>, pos: usize, limit: 
     while count < limit && at + HEADER <= b.len() {
         let (length, stored, got) = header_at(b, at);
         if got != stored {
-            bad = Some((0, at, length, stored, got));
+            bad = Some((0, at as u64, length, stored, got));
             break;
         }
         lengths.extend_from_slice(&length.to_le_bytes());
@@ -113,16 +112,16 @@ pub fn scan_lengths<'py>(py: Python<'py>, buf: PyBuffer<u8>, pos: usize, limit: 
     Ok((PyBytes::new(py, &lengths), at, straddles, bad))
 }
 
-/// Read the whole records of `buf` from `pos`: their header positions and data, the length CRC of
-/// each checked, and its data CRC too with `verify`.
+/// Read the whole records of `buf` from `pos`: their stream offsets (`base` is the offset of
+/// `buf[0]`) and data, the length CRC of each checked, and its data CRC too with `verify`.
 ///
-/// Returns `(positions, datas, pos, bad)`: `pos` is where the first record that is not whole in
+/// Returns `(offsets, datas, pos, bad)`: `pos` is where the first record that is not whole in
 /// `buf` starts (the caller reads on from there); `bad` a failed check
-/// `(0 length CRC | 1 data CRC, header position, length, stored, computed)` -- the records
+/// `(0 length CRC | 1 data CRC, stream offset, length, stored, computed)` -- the records
 /// before it are returned.
 #[pyfunction]
-pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, verify: bool)
-    -> PyResult<(Vec<usize>, Vec<Bound<'py, PyBytes>>, usize, Option<Bad>)> {
+pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, verify: bool, base: u64)
+    -> PyResult<(Vec<u64>, Vec<Bound<'py, PyBytes>>, usize, Option<Bad>)> {
     let b = buf.as_bytes();
     if pos > b.len() {
         return Err(PyValueError::new_err(format!("scan_records: position {pos} is past the {} bytes", b.len())));
@@ -132,7 +131,7 @@ pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, 
     while at + HEADER <= b.len() {
         let (length, stored, got) = header_at(b, at);
         if got != stored {
-            bad = Some((0, at, length, stored, got));
+            bad = Some((0, base + at as u64, length, stored, got));
             break;
         }
         let Some(end) = record_end(at, length, b.len()) else { break };
@@ -141,11 +140,11 @@ pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, 
             let stored = u32::from_le_bytes(b[end - FOOTER..end].try_into().unwrap());
             let got = masked_crc32c(data);
             if got != stored {
-                bad = Some((1, at, length, stored, got));
+                bad = Some((1, base + at as u64, length, stored, got));
                 break;
             }
         }
-        positions.push(at);
+        positions.push(base + at as u64);
         datas.push(PyBytes::new(py, data));
         at = end;
     }

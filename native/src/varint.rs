@@ -11,6 +11,18 @@ pub fn size(v: u64) -> usize {
 /// Write `v` as a varint at `out[at..]`; returns the position after it.
 #[inline]
 pub fn put(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
+    if let Some(w) = out.get_mut(at..at + 10) {
+        // Room for the longest varint: one bounds check, not one per byte.
+        let w: &mut [u8; 10] = w.try_into().unwrap();
+        let mut k = 0;
+        while v >= 0x80 {
+            w[k] = (v as u8) | 0x80;
+            v >>= 7;
+            k += 1;
+        }
+        w[k] = v as u8;
+        return at + k + 1;
+    }
     while v >= 0x80 {
         out[at] = (v as u8) | 0x80;
         v >>= 7;
