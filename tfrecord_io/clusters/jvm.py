@@ -19,7 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["cache_root", "find_java", "is_alive", "launch", "locked", "log_tail", "read_state", "require", "terminate"]
+__all__ = ["cache_root", "find_java", "is_alive", "launch", "locked", "log_tail", "read_state", "require", "stop_running",
+           "terminate"]
 
 MIN_JAVA = 17  # Hadoop 3.5's class files are Java 17 (major version 61); the launchers use its source mode
 
@@ -136,3 +137,14 @@ def read_state(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def stop_running(handle, state_file: Path, timeout: float) -> bool:
+    """Stop a cluster found running (``handle``, what its ``status`` gave: None for none) and say
+    whether one was; with none, a stale ``state_file`` goes."""
+    if handle is None:
+        with contextlib.suppress(FileNotFoundError):
+            state_file.unlink()
+        return False
+    handle.stop(timeout)
+    return True

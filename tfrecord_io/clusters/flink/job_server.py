@@ -72,13 +72,7 @@ def status(base_dir: str | os.PathLike) -> LocalFlinkJobServer | None:
 def stop(base_dir: str | os.PathLike, timeout: float = 60.0) -> bool:
     """Stop the job server running from ``base_dir``; False if none was running."""
     base = Path(base_dir).resolve()
-    handle = status(base)
-    if handle is None:
-        with contextlib.suppress(FileNotFoundError):
-            (base / "server.json").unlink()
-        return False
-    handle.stop(timeout)
-    return True
+    return jvm.stop_running(status(base), base / "server.json", timeout)
 
 
 def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool = True,

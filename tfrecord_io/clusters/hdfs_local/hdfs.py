@@ -73,13 +73,7 @@ def stop(base_dir: str | os.PathLike, timeout: float = 60.0) -> bool:
     no HDFS was running."""
     base = Path(base_dir).resolve()
     stop_yarn(base / "yarn", timeout)
-    handle = status(base)
-    if handle is None:
-        with contextlib.suppress(FileNotFoundError):
-            (base / "cluster.json").unlink()  # stale
-        return False
-    handle.stop(timeout)
-    return True
+    return jvm.stop_running(status(base), base / "cluster.json", timeout)
 
 
 def _check_options(block_size, port, http_port, datanodes, ha, kerberos, data_protection,

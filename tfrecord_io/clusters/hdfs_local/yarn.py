@@ -97,13 +97,7 @@ def yarn_status(base_dir: str | os.PathLike) -> LocalYarn | None:
 def stop_yarn(base_dir: str | os.PathLike, timeout: float = 60.0) -> bool:
     """Stop the YARN running from ``base_dir``; False if none was running."""
     base = Path(base_dir).resolve()
-    handle = yarn_status(base)
-    if handle is None:
-        with contextlib.suppress(FileNotFoundError):
-            (base / "yarn.json").unlink()
-        return False
-    handle.stop(timeout)
-    return True
+    return jvm.stop_running(yarn_status(base), base / "yarn.json", timeout)
 
 
 def _java_home(java: str) -> str:
