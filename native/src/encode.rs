@@ -296,16 +296,31 @@ const WIDE: usize = 64;
 struct Entry<'a> {
     key: &'a [u8], // 0x0a len(key) key 0x12, as the caller built it
     value: Value<'a>,
+    value_len: Vec<u64>, // per row: the length of its Feature / FeatureList, ABSENT when left out
     stride: usize,      // bytes per cached prefix (at least WIDE)
     prefixes: Vec<u8>,  // CACHED * stride, filled lazily
     prefix_len: Vec<u32>, // 0: not built yet
+}
+
+/// A row's entry that is left out (a null).
+const ABSENT: u64 = u64::MAX;
+
+fn lens_or_absent(lens: impl Iterator<Item = u64>, present: Option<&[u8]>) -> Vec<u64> {
+    match present {
+        None => lens.collect(),
+        Some(p) => lens.zip(p).map(|(v, &q)| if q != 0 { v } else { ABSENT }).collect(),
+    }
 }
 
 impl<'a> Entry<'a> {
     fn new(key: &'a [u8], value: Value<'a>) -> Self {
         let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
         let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
-        Entry { key, value, stride, prefixes: vec![0; cached * stride], prefix_len: vec![0; cached] }
+        let value_len = match &value {
+            Value::Feature(c) => lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present),
+            Value::List(s) => lens_or_absent(s.list_len.iter().copied(), s.present),
+        };
+        Entry { key, value, value_len, stride, prefixes: vec![0; cached * stride], prefix_len: vec![0; cached] }
     }
 
     /// Write the entry's bytes before row r's values (its Feature's value length is `v`).
@@ -319,27 +334,16 @@ impl<'a> Entry<'a> {
     }
 
     #[inline]
-    fn value_len(&self, r: usize) -> Option<u64> {
-        match &self.value {
-            Value::Feature(c) => c.is_present(r).then(|| c.feature_len(r)),
-            Value::List(s) => s.present.map_or(true, |p| p[r] != 0).then(|| s.list_len[r]),
-        }
-    }
-
-    #[inline]
     fn entry_len(&self, v: u64) -> u64 {
         self.key.len() as u64 + varint::size(v) as u64 + v
     }
 
-    /// Bytes of row r's entry, tag and length included (0 when the row leaves it out).
-    #[inline]
-    fn total(&self, r: usize) -> u64 {
-        self.value_len(r).map_or(0, |v| framed(self.entry_len(v)))
-    }
-
     #[inline]
     fn write(&mut self, r: usize, out: &mut [u8], mut at: usize) -> usize {
-        let Some(v) = self.value_len(r) else { return at };
+        let v = self.value_len[r];
+        if v == ABSENT {
+            return at;
+        }
         match &self.value {
             Value::Feature(c) => {
                 let vi = v as usize;
@@ -379,8 +383,10 @@ impl<'a> Entry<'a> {
 fn body_lens(entries: &[Entry], n: usize) -> Vec<u64> {
     let mut body = vec![0u64; n];
     for e in entries {
-        for (r, b) in body.iter_mut().enumerate() {
-            *b += e.total(r);
+        for (b, &v) in body.iter_mut().zip(&e.value_len) {
+            if v != ABSENT {
+                *b += framed(e.entry_len(v));
+            }
         }
     }
     body
