@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{check_offsets, slice};
+use crate::scratch::{give, take, take_empty};
 use crate::varint;
 
 /// One column as Python hands it over: (kind: 0 bytes / 1 float / 2 int64, elements, presence
@@ -50,7 +51,8 @@ impl Kind {
 struct Column<'a> {
     kind: Kind,
     present: Option<&'a [u8]>,
-    ends: Vec<usize>, // values of element i: ends[i]..ends[i + 1]
+    dense: bool,      // a scalar in every element: element i is value i (`ends` left empty)
+    ends: Vec<usize>, // otherwise the values of element i: ends[i]..ends[i + 1]
     ints: &'a [i64],
     data: &'a [u8],
     list_len: Vec<u64>, // length of element i's list message (within its Feature; 0 when absent)
@@ -101,7 +103,8 @@ impl<'a> Column<'a> {
                 ints.len() - 1
             }
         };
-        let mut ends = Vec::with_capacity(n + 1);
+        let dense = counts.is_none() && present.is_none();
+        let mut ends = take_empty(if dense { 0 } else { n + 1 });
         ends.push(0usize);
         let mut total = 0usize;
         match counts {
@@ -118,6 +121,7 @@ impl<'a> Column<'a> {
                     ends.push(total);
                 }
             }
+            None if dense => total = *n,
             None => {
                 for i in 0..*n {
                     total += present.map_or(1, |p| (p[i] != 0) as usize);
@@ -128,7 +132,7 @@ impl<'a> Column<'a> {
         if total != values {
             return Err(PyValueError::new_err(format!("{where_}: the elements hold {total} values, got {values}")));
         }
-        let mut col = Column { kind, present, ends, ints, data, list_len: vec![0; *n], payload: vec![0; *n] };
+        let mut col = Column { kind, present, dense, ends, ints, data, list_len: take(*n), payload: take(*n) };
         for i in 0..*n {
             if col.is_present(i) {
                 let (p, list) = col.lengths(i);
@@ -150,10 +154,16 @@ impl<'a> Column<'a> {
         self.present.map_or(true, |p| p[i] != 0)
     }
 
+    /// The values of element i: `a..b`.
+    #[inline]
+    fn range(&self, i: usize) -> (usize, usize) {
+        if self.dense { (i, i + 1) } else { (self.ends[i], self.ends[i + 1]) }
+    }
+
     /// (payload length, list message length) of element i.
     #[inline]
     fn lengths(&self, i: usize) -> (u64, u64) {
-        let (a, b) = (self.ends[i], self.ends[i + 1]);
+        let (a, b) = self.range(i);
         match self.kind {
             Kind::Float => {
                 let p = 4 * (b - a) as u64;
@@ -184,7 +194,7 @@ impl<'a> Column<'a> {
     fn write_header(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
         out[at] = self.kind.tag();
         at = varint::put(out, at + 1, self.list_len[i]);
-        if self.kind != Kind::Bytes && self.ends[i + 1] > self.ends[i] {
+        if self.kind != Kind::Bytes && (self.dense || self.ends[i + 1] > self.ends[i]) {
             out[at] = 0x0a;
             at = varint::put(out, at + 1, self.payload[i]);
         }
@@ -193,7 +203,7 @@ impl<'a> Column<'a> {
 
     #[inline]
     fn write_values(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
-        let (a, b) = (self.ends[i], self.ends[i + 1]);
+        let (a, b) = self.range(i);
         match self.kind {
             Kind::Float => {
                 if b == a + 1 {  // a scalar: a fixed-size copy, no call
@@ -221,6 +231,14 @@ impl<'a> Column<'a> {
             }
         }
         at
+    }
+}
+
+impl Drop for Column<'_> {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.ends));
+        give(std::mem::take(&mut self.list_len));
+        give(std::mem::take(&mut self.payload));
     }
 }
 
@@ -289,7 +307,7 @@ enum Value<'a> {
 const CACHED: usize = 256;
 /// Cached prefixes are copied this many bytes at a time, a fixed-size copy (the bytes past the
 /// prefix are overwritten by what follows it).
-const WIDE: usize = 64;
+const WIDE: usize = 32;
 
 /// One map entry per row (of `Features.feature` or `FeatureLists.feature_list`): the key, then
 /// the row's Feature or FeatureList.
@@ -305,10 +323,20 @@ struct Entry<'a> {
 /// A row's entry that is left out (a null).
 const ABSENT: u64 = u64::MAX;
 
-fn lens_or_absent(lens: impl Iterator<Item = u64>, present: Option<&[u8]>) -> Vec<u64> {
+fn lens_or_absent(lens: impl Iterator<Item = u64>, present: Option<&[u8]>, n: usize) -> Vec<u64> {
+    let mut out = take_empty(n);
     match present {
-        None => lens.collect(),
-        Some(p) => lens.zip(p).map(|(v, &q)| if q != 0 { v } else { ABSENT }).collect(),
+        None => out.extend(lens),
+        Some(p) => out.extend(lens.zip(p).map(|(v, &q)| if q != 0 { v } else { ABSENT })),
+    }
+    out
+}
+
+impl Drop for Entry<'_> {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.value_len));
+        give(std::mem::take(&mut self.prefixes));
+        give(std::mem::take(&mut self.prefix_len));
     }
 }
 
@@ -317,10 +345,10 @@ impl<'a> Entry<'a> {
         let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
         let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
         let value_len = match &value {
-            Value::Feature(c) => lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present),
-            Value::List(s) => lens_or_absent(s.list_len.iter().copied(), s.present),
+            Value::Feature(c) => lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present, c.list_len.len()),
+            Value::List(s) => lens_or_absent(s.list_len.iter().copied(), s.present, s.list_len.len()),
         };
-        Entry { key, value, value_len, stride, prefixes: vec![0; cached * stride], prefix_len: vec![0; cached] }
+        Entry { key, value, value_len, stride, prefixes: take(cached * stride), prefix_len: take(cached) }
     }
 
     /// Write the entry's bytes before row r's values (its Feature's value length is `v`).
@@ -358,7 +386,7 @@ impl<'a> Entry<'a> {
                         self.prefix_len[vi] = len as u32;
                     }
                     let len = self.prefix_len[vi] as usize;
-                    if stride == WIDE && at + WIDE <= out.len() {
+                    if len <= WIDE && at + WIDE <= out.len() {
                         let src: &[u8; WIDE] = self.prefixes[start..start + WIDE].try_into().unwrap();
                         out[at..at + WIDE].copy_from_slice(src);
                     } else {
@@ -381,7 +409,7 @@ impl<'a> Entry<'a> {
 
 /// The length of each row's body: the sum of its entries (an entry at a time: tight loops).
 fn body_lens(entries: &[Entry], n: usize) -> Vec<u64> {
-    let mut body = vec![0u64; n];
+    let mut body = take(n);
     for e in entries {
         for (b, &v) in body.iter_mut().zip(&e.value_len) {
             if v != ABSENT {
@@ -405,7 +433,7 @@ fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, m
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let f_lens = features.as_deref().map(|e| body_lens(e, n));
     let l_lens = lists.as_deref().map(|e| body_lens(e, n));
-    let mut offsets: Vec<u8> = Vec::with_capacity(8 * (n + 1));
+    let mut offsets: Vec<u8> = take_empty(8 * (n + 1));
     let mut total = 0u64;
     offsets.extend_from_slice(&0i64.to_le_bytes());
     for r in 0..n {
@@ -430,7 +458,11 @@ fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, m
         debug_assert_eq!(at as u64, total);
         Ok(())
     })?;
-    Ok((PyBytes::new(py, &offsets), data))
+    let offsets_bytes = PyBytes::new(py, &offsets);
+    give(offsets);
+    f_lens.map(give);
+    l_lens.map(give);
+    Ok((offsets_bytes, data))
 }
 
 fn feature_entries<'a>(args: &'a [(Vec<u8>, ColumnArgs)], n: usize, what: &str) -> PyResult<Vec<Entry<'a>>> {

@@ -6,7 +6,8 @@
 //!   crc      masked CRC-32C (TFRecord's checksum)
 //!   framing  framing a batch of records; the header / CRC walk of the readers
 //!   encode   Arrow columns to serialized Example / SequenceExample records
-//!   varint   protobuf varints;  buffers  Python buffers as checked slices
+//!   varint   protobuf varints;  buffers  Python buffers as checked slices;
+//!   scratch  vectors kept from one call to the next
 
 use pyo3::prelude::*;
 
@@ -14,6 +15,7 @@ mod buffers;
 mod crc;
 mod encode;
 mod framing;
+mod scratch;
 mod varint;
 
 #[pymodule]
