@@ -65,7 +65,7 @@ import warnings
 from collections import Counter
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -287,6 +287,7 @@ class TFRecordDataSource(DataSource):
     """The ``tfrecord`` format (see the module doc)."""
 
     faults = None  # fault injection in the writer (tests: tfrecord_io.testing.faults.data_source)
+    decided = None  # convert_dataframe's _Decided writer (its class of this source carries it)
 
     @classmethod
     def name(cls) -> str:
@@ -380,20 +381,22 @@ class TFRecordDataSource(DataSource):
                        file_partitions=dict(self._partition_values))
 
     def writer(self, schema, overwrite: bool) -> _Writer:
+        decided = type(self).decided
+        if decided is not None:  # convert_dataframe's: its plan decided everything, once
+            return _Writer(decided.path, decided.schema, decided.compression, uuid.uuid4().hex[:12],
+                           decided.max_reject_fraction, decided.splits, type(self).faults,
+                           column_plan(schema, decided.schema, WriteTypes()), decided.level,
+                           _partition_columns(decided.partition_by, schema), decided.permissions)
         w = WriterOptions.parse(self._options())
         partition_by = ()
         if w.partition_by:
-            from pyspark.sql.pandas.types import to_arrow_type
-
-            types = {f.name: to_arrow_type(f.dataType) for f in schema.fields}
-            check_partition_columns(w.partition_by, types, "the DataFrame")
+            partition_by = _partition_columns(w.partition_by, schema)
             if w.split:
                 raise ValueError("options partitionBy and split cannot be combined: partition, then split each "
                                  "partition's rows (or split by a feature)")
             if (w.record_type or (w.schema.record_type if w.schema else "example")) != "example":
                 raise ValueError("option partitionBy writes Example records; partition SequenceExamples by "
                                  "their group key before writing, one output per partition")
-            partition_by = tuple({"name": c, "type": str(types[c])} for c in w.partition_by)
         if w.schema is not None:
             tf_schema = w.schema
             if w.record_type is not None and tf_schema.record_type != w.record_type:
@@ -417,9 +420,8 @@ class TFRecordDataSource(DataSource):
                                  "before writing")
             splits = Splits.parse(w.split, w.split_by, tf_schema)
         try:
-            # (the writer runs in a short-lived Python worker: the lease is held by convert_dataframe's
-            # driver when it writes through here, else by this worker while it lives)
-            output.prepare_output(w.path, overwrite=overwrite, run=w.lease_run, permissions=Permissions(w.umask))
+            # (the writer runs in a short-lived Python worker, which holds the output's lease while it lives)
+            output.prepare_output(w.path, overwrite=overwrite, permissions=Permissions(w.umask))
         except FileExistsError as e:
             if overwrite or not fs.isdir(w.path):
                 raise
@@ -429,6 +431,40 @@ class TFRecordDataSource(DataSource):
         return _Writer(w.path, tf_schema, w.compression, uuid.uuid4().hex[:12], w.max_reject_fraction, splits,
                        type(self).faults, column_plan(schema, tf_schema, w.types), w.level, partition_by,
                        Permissions(w.umask))
+
+
+def _partition_columns(names: Sequence[str], schema) -> tuple[dict, ...]:
+    """The partition columns of a DataFrame (its Spark ``schema``), checked, as the writer records them."""
+    if not names:
+        return ()
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    types = {f.name: to_arrow_type(f.dataType) for f in schema.fields}
+    check_partition_columns(names, types, "the DataFrame")
+    return tuple({"name": c, "type": str(types[c])} for c in names)
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """The writer of a conversion's checked :class:`~tfrecord_io.conversion.plan.Plan`
+    (:func:`convert_dataframe`): what its options decided, handed to the data source as they are --
+    not turned back into option strings for :class:`WriterOptions` to parse and check again.  The
+    plan prepared the output; the schema's columns were matched and checked against the DataFrame."""
+
+    path: str
+    schema: Schema
+    compression: str
+    level: int
+    max_reject_fraction: float
+    splits: Splits | None
+    partition_by: tuple[str, ...]
+    permissions: Permissions
+
+    @classmethod
+    def of(cls, plan, schema: Schema) -> "_Decided":
+        o = plan.options
+        return cls(plan.output, schema, o.compression, o.level, o.max_reject_fraction, plan.splits,
+                   tuple(o.partition_by), plan.permissions)
 
 
 @dataclass(frozen=True)
@@ -468,7 +504,6 @@ class WriterOptions:
     split_by: str | None = None
     partition_by: tuple[str, ...] = ()
     types: WriteTypes = WriteTypes()
-    lease_run: str | None = None  # internal (``leaseRun``): the run of convert_dataframe holding the lease
     umask: int | None = None
 
     @classmethod
@@ -509,7 +544,6 @@ class WriterOptions:
                    partition_by=tuple(c.strip() for c in (opts.get("partitionby") or "").split(",") if c.strip()),
                    types=WriteTypes(decimal_as=opts.get("decimalas", "float").lower(),
                                     timestamp_unit=opts.get("timestampunit", "microseconds").lower()),
-                   lease_run=opts.get("leaserun") or None,
                    umask=parse_umask(opts["umask"], "option umask") if opts.get("umask") else None)
 
 
@@ -695,25 +729,12 @@ def convert_dataframe(spark, plan, *, faults=None, started: float | None = None)
     else:
         num_shards = options.num_shards or default_num_shards(input_bytes, options.bytes_per_shard)
         selected = selected.repartition(num_shards)
-    source = JobDataSource if faults is None else type("FaultyJobDataSource", (JobDataSource,), {"faults": faults})
-    spark.dataSource.register(source)
-    writer = (selected.write.format(JobDataSource.name())
-              .mode("append").option("schemaJson", json.dumps(schema.to_dict()))
-              .option("leaseRun", lease.held_here(out) or "")
-              .option("compression", options.compression)
-              .option("maxRejectFraction", str(options.max_reject_fraction)))
-    if options.umask is not None:
-        writer = writer.option("umask", f"{options.umask:03o}")
-    if options.compression != "none":
-        writer = writer.option("compressionLevel", str(options.level))
-    if options.partition_by:
-        writer = writer.option("partitionBy", ",".join(options.partition_by))
-    if plan.splits is not None:
-        writer = writer.option("split", options.split)
-        if options.split_by:
-            writer = writer.option("splitBy", options.split_by)
+    # The plan's decisions travel with the source's class (pickled to the writer's Python worker), as
+    # they are: no option strings parsed and checked again there.
+    spark.dataSource.register(type("PlannedJobDataSource", (JobDataSource,),
+                                   {"decided": _Decided.of(plan, schema), "faults": faults}))
     try:
-        writer.save(out)
+        selected.write.format(JobDataSource.name()).mode("append").save(out)
     finally:
         lease.release(out, ended=True)  # (committed: the commit removed _temporary and the lease with it)
     manifest = dict(output.read_manifest(out))
