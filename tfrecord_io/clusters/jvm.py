@@ -19,8 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["cache_root", "find_java", "is_alive", "launch", "locked", "log_tail", "read_state", "require", "stop_running",
-           "terminate"]
+__all__ = ["cache_root", "find_java", "is_alive", "launch", "locked", "log_tail", "read_state", "require", "starting",
+           "stop_running", "terminate"]
 
 MIN_JAVA = 17  # Hadoop 3.5's class files are Java 17 (major version 61); the launchers use its source mode
 
@@ -148,3 +148,12 @@ def stop_running(handle, state_file: Path, timeout: float) -> bool:
         return False
     handle.stop(timeout)
     return True
+
+
+def starting(running, state_file: Path, refusal) -> None:
+    """Before a start, under the base dir's lock: raise ``refusal(running)`` when a cluster runs
+    from it (``running``, what its ``status`` gave), else drop a stale ``state_file``."""
+    if running is not None:
+        raise refusal(running)
+    with contextlib.suppress(FileNotFoundError):
+        state_file.unlink()

@@ -4,7 +4,6 @@ running from a base dir, started by any process: :func:`status` and :func:`stop`
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -91,12 +90,9 @@ def start(base_dir: str | os.PathLike, *, timeout: float = 180.0, detach: bool =
     java = jvm.find_java(NEEDED_BY, FlinkLocalError, _MIN_JAVA)
     jars = fetch_jars(runner)
     with jvm.locked(base / ".lock"):
-        running = status(base)
-        if running is not None:
-            raise FlinkLocalError(f"a {running.runner} job server is already running from {base} at {running.job_endpoint} "
-                                  f"(pid {running.pid}); stop it first")
-        with contextlib.suppress(FileNotFoundError):
-            (base / "server.json").unlink()
+        jvm.starting(status(base), base / "server.json", lambda running: FlinkLocalError(
+            f"a {running.runner} job server is already running from {base} at {running.job_endpoint} "
+            f"(pid {running.pid}); stop it first"))
         (base / "conf").mkdir(exist_ok=True)
         (base / "conf" / "flink-conf.yaml").write_text(_FLINK_CONF)
         for sub in ("artifacts", "tmp"):

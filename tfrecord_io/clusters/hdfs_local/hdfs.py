@@ -4,7 +4,6 @@ started by any process: :func:`status`, :func:`failover`, :func:`stop_datanode`,
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -142,12 +141,9 @@ def start(base_dir: str | os.PathLike, *, port: int = 0, http_port: int = 0,
     java = jvm.find_java(NEEDED_BY, HdfsLocalError)
     jars = fetch_jars()
     with jvm.locked(base / ".lock"):
-        running = status(base)
-        if running is not None:
-            raise HdfsLocalError(f"a local HDFS is already running from {base} at "
-                                 f"{running.namenode_uri} (pid {running.pid}); stop it first")
-        with contextlib.suppress(FileNotFoundError):
-            (base / "cluster.json").unlink()
+        jvm.starting(status(base), base / "cluster.json", lambda running: HdfsLocalError(
+            f"a local HDFS is already running from {base} at {running.namenode_uri} (pid {running.pid}); "
+            f"stop it first"))
         for stale in ("data", "kerberos", "control"):  # every start is a fresh filesystem
             shutil.rmtree(base / stale, ignore_errors=True)
         log_path = base / "hdfs.log"

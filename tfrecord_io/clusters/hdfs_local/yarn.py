@@ -141,12 +141,9 @@ def start_yarn(hdfs: LocalHdfs, base_dir: str | os.PathLike, *, conf_dir: str | 
     java = jvm.find_java(NEEDED_BY, HdfsLocalError)
     jars = fetch_jars()
     with jvm.locked(base / ".lock"):
-        running = yarn_status(base)
-        if running is not None:
-            raise HdfsLocalError(f"a local YARN is already running from {base} (ResourceManager "
-                                 f"{running.rm_address}, pid {running.pid}); stop it first")
-        with contextlib.suppress(FileNotFoundError):
-            (base / "yarn.json").unlink()
+        jvm.starting(yarn_status(base), base / "yarn.json", lambda running: HdfsLocalError(
+            f"a local YARN is already running from {base} (ResourceManager {running.rm_address}, pid "
+            f"{running.pid}); stop it first"))
         shutil.rmtree(base / "target", ignore_errors=True)  # the NodeManager's dirs
         conf.mkdir(parents=True, exist_ok=True)
         if conf != Path(hdfs.conf_dir).resolve():
