@@ -1,4 +1,5 @@
-# tfrecord-io: every target does its own set-up on a fresh machine (Python 3.11, Java 17, Maven).
+# tfrecord-io: every target does its own set-up on a fresh machine (Python 3.11, Java 17, Maven; Rust's cargo
+# for the compiled record core, else the numpy core runs).
 #   make demo   install the package, then convert the demo data and train on it (see README): Spark in local
 #               mode on local disk, so none of the Hadoop or job-server jars (`tfrecord-io demo --hdfs` fetches
 #               the Hadoop ones on its first start)

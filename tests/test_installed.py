@@ -149,3 +149,15 @@ def test_every_command_works_from_the_wheel_outside_the_checkout(installed, tmp_
     _run(installed, cli, "demo", "--rows", "2000", "--epochs", "1", "--workdir", str(tmp_path / "demo"),
          cwd=tmp_path)
     assert (tmp_path / "demo" / "tfrecords" / "_SUCCESS").exists()
+
+
+def test_the_wheel_carries_the_compiled_record_core(installed, tmp_path):
+    """The wheel holds tfrecord_io/core/_native (built from native/), and it is the core that runs."""
+    py = str(installed / "bin" / "python")
+    out = _run(installed, py, "-c", "from tfrecord_io.core import native, _native; print(native.description()); "
+               "print(_native.__file__)", cwd=tmp_path).stdout.splitlines()
+    forced = os.environ.get("TFRECORD_IO_PURE", "").strip() not in ("", "0")
+    assert out[0] == ("numpy (pure; TFRECORD_IO_PURE=1)" if forced else "native (Rust)"), out
+    assert out[1].startswith(str(installed)), out
+    version = _run(installed, str(installed / "bin" / "tfrecord-io"), "--version", cwd=tmp_path).stdout
+    assert f"record core: {out[0]}" in version

@@ -63,6 +63,12 @@ def compiled():
     return native.active()
 
 
+def _require_compiled():
+    """The ``compiled`` fixture's skip, for Hypothesis tests (which take no function-scoped fixture)."""
+    if native.active() is None:
+        pytest.skip(HOW_TO_BUILD)
+
+
 def both(fn, *args, **kw):
     """(compiled result, numpy result) of ``fn(*args, **kw)``."""
     got = fn(*args, **kw)
@@ -232,8 +238,7 @@ RECORDS = st.lists(st.binary(max_size=300) | st.sampled_from([b"", b"\x00" * 12,
 @settings(max_examples=examples(200), deadline=None)
 @given(RECORDS, st.integers(0, 5), st.booleans())
 def test_framing_random_batches(records, cut, large):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     arr = pa.array(records, pa.large_binary() if large else pa.binary())
     for batch in (records, arr, arr.slice(min(cut, len(arr)))):
         got, want = both(frame_records, batch)
@@ -304,8 +309,7 @@ def _walks(stream: bytes, step: int, compression: str):
        st.integers(0, 10**6), st.integers(0, 7), st.sampled_from([1, 5, 12, 16, 100, 1 << 20]),
        st.sampled_from(["none", "none", "gzip"]))
 def test_damaged_streams_fail_the_same_way(records, kind, at, bit, step, compression):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     stream = _damage(frame_records(records), kind, at, bit)
     for walk in _walks(stream, step, compression):
         same_outcome(walk)
@@ -316,8 +320,7 @@ def test_damaged_streams_fail_the_same_way(records, kind, at, bit, step, compres
        st.sampled_from([17, 2**31, 2**32 + 5, 2**63, 2**64 - 1, 2**64 - 16]), st.booleans(),
        st.sampled_from([3, 64, 1 << 20]))
 def test_huge_length_fields_fail_the_same_way(records, which, length, good_crc, step):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     assume(len(records[which % len(records)]) != length)  # a changed length field
     stream = _huge_length(frame_records(records), which % len(records), length, good_crc)
     for walk in _walks(stream, step, "none"):
@@ -345,23 +348,28 @@ def _same_records(fn, batch, schema):
     return got
 
 
+def _same_records_whole_and_sliced(fn, batch, schema):
+    _same_records(fn, batch, schema)
+    if batch.num_rows > 2:  # a slice: the columns' offsets do not start at 0
+        _same_records(fn, batch.slice(1, batch.num_rows - 2), schema)
+
+
+def _require_compiled():
+    _require_compiled()
+
+
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows(max_rows=30))
 def test_examples_of_random_batches(case):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     schema, rows = case
-    batch = batch_of(schema, rows)
-    _same_records(encode_examples, batch, schema)
-    if batch.num_rows > 2:  # a slice: the columns' offsets do not start at 0
-        _same_records(encode_examples, batch.slice(1, batch.num_rows - 2), schema)
+    _same_records_whole_and_sliced(encode_examples, batch_of(schema, rows), schema)
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema_and_rows(names=ANY_NAMES, max_rows=10))
 def test_examples_with_any_feature_names(case):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     schema, rows = case
     _same_records(encode_examples, batch_of(schema, rows), schema)
 
@@ -369,13 +377,9 @@ def test_examples_with_any_feature_names(case):
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence_schema_and_groups())
 def test_sequence_examples_of_random_batches(case):
-    if native.active() is None:
-        pytest.skip(HOW_TO_BUILD)
+    _require_compiled()
     schema, groups = case
-    batch = sequence_batch(schema, groups)
-    _same_records(encode_sequence_examples, batch, schema)
-    if batch.num_rows > 2:
-        _same_records(encode_sequence_examples, batch.slice(1, batch.num_rows - 2), schema)
+    _same_records_whole_and_sliced(encode_sequence_examples, sequence_batch(schema, groups), schema)
 
 
 EXTREMES = [I64_MIN, I64_MIN + 1, -1, 0, 1, 127, 128, 2**31 - 1, 2**32, 2**56, I64_MAX]
