@@ -7,8 +7,10 @@
 
 use std::cell::RefCell;
 
-/// At most this many vectors of a type are kept per thread.
+/// At most this many vectors of a type are kept per thread...
 const KEEP: usize = 512;
+/// ... and none larger than this (bytes): a huge batch's vectors are not held on to.
+const KEEP_BYTES: usize = 16 << 20;
 
 pub trait Pooled: Copy + Default + 'static {
     fn with_pool<R>(f: impl FnOnce(&mut Vec<Vec<Self>>) -> R) -> R;
@@ -48,7 +50,7 @@ pub fn take_empty<T: Pooled>(n: usize) -> Vec<T> {
 
 /// Give `v` back for a later call.
 pub fn give<T: Pooled>(v: Vec<T>) {
-    if v.capacity() > 0 {
+    if v.capacity() > 0 && v.capacity() * std::mem::size_of::<T>() <= KEEP_BYTES {
         T::with_pool(|p| if p.len() < KEEP { p.push(v) });
     }
 }
