@@ -55,6 +55,8 @@ struct Column<'a> {
     ends: Vec<usize>, // otherwise the values of element i: ends[i]..ends[i + 1]
     ints: &'a [i64],
     data: &'a [u8],
+    n: usize,         // elements
+    constant: bool,   // a dense float scalar: every element's Feature is 8 bytes (the vectors below empty)
     list_len: Vec<u64>, // length of element i's list message (within its Feature; 0 when absent)
     payload: Vec<u64>,  // its packed payload's length (float, int64) or its list's (bytes)
 }
@@ -132,8 +134,10 @@ impl<'a> Column<'a> {
         if total != values {
             return Err(PyValueError::new_err(format!("{where_}: the elements hold {total} values, got {values}")));
         }
-        let mut col = Column { kind, present, dense, ends, ints, data, list_len: take(*n), payload: take(*n) };
-        for i in 0..*n {
+        let constant = dense && kind == Kind::Float;
+        let (list_len, payload) = if constant { (Vec::new(), Vec::new()) } else { (take(*n), take(*n)) };
+        let mut col = Column { kind, present, dense, ends, ints, data, n: *n, constant, list_len, payload };
+        for i in 0..if constant { 0 } else { *n } {
             if col.is_present(i) {
                 let (p, list) = col.lengths(i);
                 col.payload[i] = p;
@@ -146,7 +150,18 @@ impl<'a> Column<'a> {
     /// Length of element i's Feature message (0 when it is absent).
     #[inline]
     fn feature_len(&self, i: usize) -> u64 {
-        if self.is_present(i) { framed(self.list_len[i]) } else { 0 }
+        if self.is_present(i) { framed(self.list_len_at(i)) } else { 0 }
+    }
+
+    /// The length of element i's list message (a packed float: tag, length 4, the float).
+    #[inline]
+    fn list_len_at(&self, i: usize) -> u64 {
+        if self.constant { 6 } else { self.list_len[i] }
+    }
+
+    #[inline]
+    fn payload_at(&self, i: usize) -> u64 {
+        if self.constant { 4 } else { self.payload[i] }
     }
 
     #[inline]
@@ -193,10 +208,10 @@ impl<'a> Column<'a> {
     #[inline]
     fn write_header(&self, i: usize, out: &mut [u8], mut at: usize) -> usize {
         out[at] = self.kind.tag();
-        at = varint::put(out, at + 1, self.list_len[i]);
+        at = varint::put(out, at + 1, self.list_len_at(i));
         if self.kind != Kind::Bytes && (self.dense || self.ends[i + 1] > self.ends[i]) {
             out[at] = 0x0a;
-            at = varint::put(out, at + 1, self.payload[i]);
+            at = varint::put(out, at + 1, self.payload_at(i));
         }
         at
     }
@@ -275,9 +290,9 @@ impl<'a> Steps<'a> {
             total += k as usize;
             ends.push(total);
         }
-        if total != steps.list_len.len() {
+        if total != steps.n {
             return Err(PyValueError::new_err(format!("{where_}: the groups hold {total} steps, got {}",
-                                                     steps.list_len.len())));
+                                                     steps.n)));
         }
         let list_len = (0..groups)
             .map(|g| (ends[g]..ends[g + 1]).map(|s| framed(steps.feature_len(s))).sum())
@@ -315,6 +330,7 @@ struct Entry<'a> {
     key: &'a [u8], // 0x0a len(key) key 0x12, as the caller built it
     value: Value<'a>,
     value_len: Vec<u64>, // per row: the length of its Feature / FeatureList, ABSENT when left out
+    constant: Option<(u64, [u8; WIDE], usize)>, // every row's value length and prefix (value_len empty)
     stride: usize,      // bytes per cached prefix (at least WIDE)
     prefixes: Vec<u8>,  // CACHED * stride, filled lazily
     prefix_len: Vec<u32>, // 0: not built yet
@@ -344,11 +360,24 @@ impl<'a> Entry<'a> {
     fn new(key: &'a [u8], value: Value<'a>) -> Self {
         let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
         let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
-        let value_len = match &value {
-            Value::Feature(c) => lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present, c.list_len.len()),
-            Value::List(s) => lens_or_absent(s.list_len.iter().copied(), s.present, s.list_len.len()),
+        let (value_len, constant) = match &value {
+            Value::Feature(c) if c.constant => (Vec::new(), Some(framed(c.list_len_at(0)))),
+            Value::Feature(c) => {
+                (lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present, c.list_len.len()), None)
+            }
+            Value::List(s) => (lens_or_absent(s.list_len.iter().copied(), s.present, s.list_len.len()), None),
         };
-        Entry { key, value, value_len, stride, prefixes: take(cached * stride), prefix_len: take(cached) }
+        let mut entry = Entry { key, value, value_len, constant: None, stride, prefixes: take(cached * stride),
+                                prefix_len: take(cached) };
+        if let (Some(v), Value::Feature(c)) = (constant, &entry.value) {
+            let mut tmp = vec![0u8; stride];
+            let len = entry.write_prefix(c, 0, v, &mut tmp, 0);
+            let mut prefix = [0u8; WIDE];
+            let fits = len <= WIDE;
+            prefix[..len.min(WIDE)].copy_from_slice(&tmp[..len.min(WIDE)]);
+            entry.constant = Some((v, prefix, if fits { len } else { 0 }));
+        }
+        entry
     }
 
     /// Write the entry's bytes before row r's values (its Feature's value length is `v`).
@@ -361,6 +390,15 @@ impl<'a> Entry<'a> {
         c.write_header(r, out, at)
     }
 
+    /// Row r's value length (ABSENT when the row leaves the entry out).
+    #[inline]
+    fn vlen(&self, r: usize) -> u64 {
+        match self.constant {
+            Some((v, _, _)) => v,
+            None => self.value_len[r],
+        }
+    }
+
     #[inline]
     fn entry_len(&self, v: u64) -> u64 {
         self.key.len() as u64 + varint::size(v) as u64 + v
@@ -368,7 +406,13 @@ impl<'a> Entry<'a> {
 
     #[inline]
     fn write(&mut self, r: usize, out: &mut [u8], mut at: usize) -> usize {
-        let v = self.value_len[r];
+        if let (Some((_, prefix, len)), Value::Feature(c)) = (&self.constant, &self.value) {
+            if *len > 0 && at + WIDE <= out.len() {  // the same prefix in every row: one fixed-size copy
+                out[at..at + WIDE].copy_from_slice(prefix);
+                return c.write_values(r, out, at + len);
+            }
+        }
+        let v = self.vlen(r);
         if v == ABSENT {
             return at;
         }
@@ -411,6 +455,11 @@ impl<'a> Entry<'a> {
 fn body_lens(entries: &[Entry], n: usize) -> Vec<u64> {
     let mut body = take(n);
     for e in entries {
+        if let Some((v, _, _)) = e.constant {
+            let total = framed(e.entry_len(v));
+            body.iter_mut().for_each(|b| *b += total);
+            continue;
+        }
         for (b, &v) in body.iter_mut().zip(&e.value_len) {
             if v != ABSENT {
                 *b += framed(e.entry_len(v));
