@@ -47,6 +47,17 @@ impl Kind {
     }
 }
 
+/// How a column's per-element lengths are known.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// Kept in `list_len` and `payload`, one per element.
+    Stored,
+    /// A float scalar without nulls: every element's Feature is 8 bytes (the vectors are empty).
+    FloatScalar,
+    /// An int64 scalar without nulls: worked out from the value's varint size (the vectors are empty).
+    IntScalar,
+}
+
 /// A column of elements (rows, or a sequence's steps), each a `tf.train.Feature` when present.
 struct Column<'a> {
     kind: Kind,
@@ -56,7 +67,7 @@ struct Column<'a> {
     ints: &'a [i64],
     data: &'a [u8],
     n: usize,         // elements
-    constant: bool,   // a dense float scalar: every element's Feature is 8 bytes (the vectors below empty)
+    shape: Shape,     // how the lengths below are known
     list_len: Vec<u64>, // length of element i's list message (within its Feature; 0 when absent)
     payload: Vec<u64>,  // its packed payload's length (float, int64) or its list's (bytes)
 }
@@ -134,10 +145,15 @@ impl<'a> Column<'a> {
         if total != values {
             return Err(PyValueError::new_err(format!("{where_}: the elements hold {total} values, got {values}")));
         }
-        let constant = dense && kind == Kind::Float;
-        let (list_len, payload) = if constant { (Vec::new(), Vec::new()) } else { (take(*n), take(*n)) };
-        let mut col = Column { kind, present, dense, ends, ints, data, n: *n, constant, list_len, payload };
-        for i in 0..if constant { 0 } else { *n } {
+        let shape = match kind {
+            Kind::Float if dense => Shape::FloatScalar,
+            Kind::Int if dense => Shape::IntScalar,
+            _ => Shape::Stored,
+        };
+        let stored = shape == Shape::Stored;
+        let (list_len, payload) = if stored { (take(*n), take(*n)) } else { (Vec::new(), Vec::new()) };
+        let mut col = Column { kind, present, dense, ends, ints, data, n: *n, shape, list_len, payload };
+        for i in 0..if stored { *n } else { 0 } {
             if col.is_present(i) {
                 let (p, list) = col.lengths(i);
                 col.payload[i] = p;
@@ -156,12 +172,20 @@ impl<'a> Column<'a> {
     /// The length of element i's list message (a packed float: tag, length 4, the float).
     #[inline]
     fn list_len_at(&self, i: usize) -> u64 {
-        if self.constant { 6 } else { self.list_len[i] }
+        match self.shape {
+            Shape::Stored => self.list_len[i],
+            Shape::FloatScalar => 6,
+            Shape::IntScalar => 2 + varint::size(self.ints[i] as u64) as u64,
+        }
     }
 
     #[inline]
     fn payload_at(&self, i: usize) -> u64 {
-        if self.constant { 4 } else { self.payload[i] }
+        match self.shape {
+            Shape::Stored => self.payload[i],
+            Shape::FloatScalar => 4,
+            Shape::IntScalar => varint::size(self.ints[i] as u64) as u64,
+        }
     }
 
     #[inline]
@@ -361,7 +385,11 @@ impl<'a> Entry<'a> {
         let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
         let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
         let (value_len, constant) = match &value {
-            Value::Feature(c) if c.constant => (Vec::new(), Some(framed(c.list_len_at(0)))),
+            Value::Feature(c) if c.shape == Shape::FloatScalar => (Vec::new(), Some(framed(c.list_len_at(0)))),
+            Value::Feature(c) if c.shape == Shape::IntScalar => {
+                let v = (0..c.n).map(|i| framed(c.list_len_at(i)));
+                (lens_or_absent(v, None, c.n), None)
+            }
             Value::Feature(c) => {
                 (lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present, c.list_len.len()), None)
             }
