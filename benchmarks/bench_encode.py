@@ -138,6 +138,8 @@ def compare_cores(table: pa.Table, base_rows: list[dict], d: str, args) -> None:
     """Interleaved rounds: the compiled core, the numpy core and the pure-Python path, each round."""
     if native.available() is None:
         raise SystemExit("--cores: the compiled record core is not built (make check / pip install -e . with Rust)")
+    import tensorflow  # noqa: F401  (imported before the rounds: its start-up is no round's CPU time)
+
     paths = {k: os.path.join(d, f"{k}.tfrecord") for k in ("native", "numpy", "python")}
     rates: dict[str, list[float]] = {"native": [], "numpy": [], "python": []}
     cpu_rates: dict[str, list[float]] = {"native": [], "numpy": [], "python": []}  # records per CPU second
