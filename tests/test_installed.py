@@ -161,3 +161,18 @@ def test_the_wheel_carries_the_compiled_record_core(installed, tmp_path):
     assert out[1].startswith(str(installed)), out
     version = _run(installed, str(installed / "bin" / "tfrecord-io"), "--version", cwd=tmp_path).stdout
     assert f"record core: {out[0]}" in version
+
+
+def test_the_wheel_carries_the_package_data(installed, tmp_path):
+    """What the code opens by path, from the wheel: the demo schema, the local clusters' Maven
+    projects, and the log4j2 configuration our commands start Spark's driver with (a missing one
+    would make log4j print an error line on every start)."""
+    code = ("import os, tfrecord_io, tfrecord_io.engines.spark as s, tfrecord_io.clusters.hdfs_local as h\n"
+            "assert '/site-packages/' in tfrecord_io.__file__ or 'installed' in tfrecord_io.__file__, tfrecord_io.__file__\n"
+            "root = os.path.dirname(tfrecord_io.__file__)\n"
+            "for p in (s.LOG4J2_PROPERTIES, os.path.join(root, 'schemas', 'taxi.yaml'),\n"
+            "          os.path.join(os.path.dirname(h.__file__), 'pom.xml')):\n"
+            "    assert os.path.isfile(p), p\n"
+            "print('ok')\n")
+    proc = _run(installed, str(installed / "bin" / "python"), "-c", code, cwd=tmp_path)
+    assert proc.stdout.strip() == "ok"

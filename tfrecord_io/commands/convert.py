@@ -307,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from tfrecord_io.engines.spark import driver_java_options
     from tfrecord_io.storage import credentials
 
     spark_conf = SparkConf()
@@ -316,6 +317,9 @@ def run(args: argparse.Namespace) -> int:
         spark_conf.set("spark.driver.extraJavaOptions", credentials.java_options())
     for k, v in conf.items():
         spark_conf.set(k, v)
+    # (after the user's --conf: their own log4j2 configuration, if they give one, wins)
+    spark_conf.set("spark.driver.extraJavaOptions",
+                   driver_java_options(spark_conf.get("spark.driver.extraJavaOptions", None)))
     if args.master:
         spark_conf.setMaster(args.master)  # no --master: spark-defaults.conf's, else local[*]
     builder = SparkSession.builder.appName("tfrecord-io convert").config(conf=spark_conf)

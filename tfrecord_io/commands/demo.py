@@ -112,10 +112,12 @@ def _convert_inspect_train(args, schema: str, input_uri: str, output_uri: str) -
 
     from tfrecord_io.storage import fs
     from tfrecord_io.commands.demo_train import train_demo
-    from tfrecord_io.engines.spark import ConversionOptions, run_conversion
+    from tfrecord_io.engines.spark import ConversionOptions, driver_java_options, run_conversion
+    from tfrecord_io.storage import credentials
 
     _step(2, f"Spark (local[2]) job: {input_uri} -> {output_uri}")
     spark = (SparkSession.builder.master("local[2]").appName("tfrecord-io demo")
+             .config("spark.driver.extraJavaOptions", driver_java_options(credentials.java_options()))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     t0 = time.perf_counter()

@@ -389,6 +389,20 @@ def _log_levels(jvm, levels: dict[str, Any]) -> dict[str, Any]:
     return before
 
 
+#: The log4j2 configuration of the driver JVMs our commands start (not spark-submit's).
+LOG4J2_PROPERTIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_log4j2.properties")
+
+
+def driver_java_options(given: str | None = None) -> str:
+    """``spark.driver.extraJavaOptions`` for a driver JVM this process starts: ``given`` (the user's,
+    or the Kerberos realm's), with our log4j2 configuration (:data:`LOG4J2_PROPERTIES`: Spark's
+    defaults at WARN, without the start-up notices a user cannot act on) unless ``given`` names one."""
+    given = (given or "").strip()
+    if "log4j2.configurationFile" in given or "log4j.configurationFile" in given:
+        return given
+    return f"{given} -Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES}".strip()
+
+
 def _spark_logging_ready(jvm) -> None:
     """Have Spark set its logging up now, before any level is set: spark-submit drops its own set-up
     before it runs the application, and the application's first log line would load Spark's defaults
