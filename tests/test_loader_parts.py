@@ -118,9 +118,9 @@ checker = _SegmentChecker(table, "error", stats, None)
 p2 = table.files[1].uri
 with open(p2, "rb") as f:
     payload = sum(len(r) for r in read_records(f, name=p2))
-assert len(checker(True, p2.encode(), 1, 0, 1500, 1, 1500, payload)) == 0
+assert len(checker(p2.encode(), 1, 0, 1500, 1, 1500, payload)) == 0
 try:
-    checker(True, p2.encode(), 1, 0, 1500, 1, 1400, payload)  # TensorFlow said it read 1,400 of 1,500
+    checker(p2.encode(), 1, 0, 1500, 1, 1400, payload)  # TensorFlow said it read 1,400 of 1,500
     raise SystemExit("a short read passed the end-of-segment check")
 except ValueError as e:
     assert "1400" in str(e) and "1500" in str(e), e

@@ -227,8 +227,8 @@ _NOTHING = np.zeros([0], dtype=object)
 
 
 class _SegmentChecker:
-    """Called at each chunk of a segment; at its end (``ends``), when TensorFlow's reading of it
-    stops: did it read all of it?
+    """Called when TensorFlow's reading of a segment stops (the pipeline calls it at the segment's
+    end only): did it read all of it?
 
     TF reports ``n`` records of ``nbytes`` payload.  A whole file was read to its end iff the
     framed stream they make (``nbytes + 16 n``) is the file (uncompressed: its size; gzip: its
@@ -240,9 +240,7 @@ class _SegmentChecker:
     def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
         self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
 
-    def __call__(self, ends, path_b, index, first, count, whole, n, nbytes):
-        if not ends:
-            return _NOTHING
+    def __call__(self, path_b, index, first, count, whole, n, nbytes):
         path = path_b.decode("utf-8")
         f = self.table.files[int(index)]
         first, count, whole, n, nbytes = int(first), int(count), bool(whole), int(n), int(nbytes)

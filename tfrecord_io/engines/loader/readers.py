@@ -186,7 +186,7 @@ class _Reader:
             # Python is called at the segment's end only: a numpy_function on every chunk costs
             # about 0.2 CPU-s per million records, and more in wall time (the GIL).
             def at_end():
-                out = tf.numpy_function(self.checker, [ends, path, i, first, count, whole, got, nbytes], tf.string,
+                out = tf.numpy_function(self.checker, [path, i, first, count, whole, got, nbytes], tf.string,
                                         stateful=True)
                 out.set_shape([None])
                 return out
@@ -209,7 +209,7 @@ class _Reader:
 def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
     """Shuffle records in windows of ``shuffle_buffer``: each window is permuted uniformly.
 
-    Vectorized: one permutation and one gather per window instead of ``Dataset.shuffle``'s
+    Vectorized: one ``stateless_shuffle`` (a gather) per window instead of ``Dataset.shuffle``'s
     per-record work, which would halve the loader's throughput.  Each window holds records read
     consecutively from ``cycle_length`` interleaved files in shuffled file order, so a batch
     samples ``shuffle_buffer`` records around it, as ``Dataset.shuffle(shuffle_buffer)`` does (without
@@ -221,12 +221,7 @@ def _shuffle_windows(chunks, key, epoch, opts: LoaderOptions):
     base = tf.stack([key, epoch])
 
     def permute(w, window):
-        # The permutation of positions, then a gather: the same order as ``stateless_shuffle`` of
-        # the window itself, which instead tries to shuffle the window's buffer in place and, as the
-        # window is a slice of a larger read chunk, prints "E0000 ... Tensor RefCount not reliable if
-        # buf_ points to a SubBuffer" twice for each window (TF 2.21).
-        seed = tf.random.experimental.stateless_fold_in(base, w)
-        return tf.gather(window, tf.random.experimental.stateless_shuffle(tf.range(tf.size(window)), seed=seed))
+        return tf.random.experimental.stateless_shuffle(window, seed=tf.random.experimental.stateless_fold_in(base, w))
 
     return chunks.rebatch(opts.shuffle_buffer).enumerate().map(
         tf.autograph.experimental.do_not_convert(permute), num_parallel_calls=tf.data.AUTOTUNE,
