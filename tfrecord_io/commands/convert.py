@@ -49,9 +49,11 @@ BEAM_PROG = exits.Program("python -m tfrecord_io.beam")
 SPARK_JOB_PROG = exits.Program("to_tfrecord.py")
 
 
-def _who(args: argparse.Namespace | None) -> str:
+def _who(args: argparse.Namespace) -> str:
     """The name the error lines of this run begin with (set by each entry point's parser)."""
-    return getattr(args, "who", COMMAND) if args is not None else COMMAND
+    return getattr(args, "who", COMMAND)
+
+
 #: A failure is one error line; --debug (the one flag for more: there is no --verbose) adds the rest.
 DEBUG_HELP = ("on failure, also show the traceback and the engine's own log of it (Spark's lines of the failing "
               "tasks, Beam's runner); without it a failure is one error line")
@@ -229,8 +231,8 @@ def run_beam(args: argparse.Namespace, beam_args: list[str], *, faults=None) -> 
         return code
     why = options.needs_spark()
     if why is not None:  # exit 2 before anything is listed: only the Spark job has it
-        return exits.fail(_who(args), f"{why}: use the Spark job (tfrecord-io convert --engine spark, or spark-submit "
-                                   f"jobs/to_tfrecord.py)")
+        return exits.fail(_who(args), f"{why}: use the Spark job (tfrecord-io convert --engine spark, or "
+                                      f"spark-submit jobs/to_tfrecord.py)")
     from tfrecord_io.engines import beam as tbeam
 
     try:

@@ -10,8 +10,9 @@
 ====  ===========================================================================================
 
 Errors are one line on stderr, ``tfrecord-io <command>: error: <what, naming the file, and what to
-do>`` (an entry point of its own, :class:`Program`, puts its own name first); ``--debug`` (where a command has it) adds the traceback.  :func:`status_of` is the one
-mapping from an exception to a status; :func:`report` prints the line and returns the status.
+do>`` (an entry point of its own, :class:`Program`, puts its own name first); ``--debug`` (where a
+command has it) adds the traceback.  :func:`status_of` is the one mapping from an exception to a
+status; :func:`message_of` says it; :func:`report` prints the line and returns the status.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from __future__ import annotations
 import sys
 import traceback
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "Program", "USAGE", "error", "fail", "message_of", "report", "status_of"]
+__all__ = ["FAILED", "INTERRUPTED", "OK", "PROBLEMS", "Program", "USAGE", "error", "fail", "message_of", "report",
+           "status_of"]
 
 OK, FAILED, USAGE, PROBLEMS = 0, 1, 2, 3
 INTERRUPTED = 130  # as a shell reports SIGINT
