@@ -80,7 +80,7 @@ class Context:
 seen = []
 for k in range(2):
     share = _share(table.counts(), Context(k), 100, "drop")
-    files, firsts, counts, wholes, _ = _EpochPlan(table, share, True, None)(7, 0, 1)
+    files, firsts, counts, wholes, _, _ = _EpochPlan(table, share, True, None)(7, 0, 1)
     assert int(counts.sum()) == 1200, (k, counts)
     for i, first, count in zip(files, firsts, counts):
         seen += [(int(i), r) for r in range(int(first), int(first + count))]

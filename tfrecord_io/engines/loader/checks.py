@@ -17,6 +17,7 @@ from tfrecord_io.storage import fs
 from tfrecord_io.storage.index import RecordIndex
 from tfrecord_io.storage.shard_cache import ShardCache
 from tfrecord_io.storage.sources import SourceFile, shard_mismatch
+from tfrecord_io.core import checksum
 from tfrecord_io.core.checksum import file_crc32c
 from tfrecord_io.engines.loader.files import _FileTable, _gzip_isize
 from tfrecord_io.storage.fs import local_path
@@ -74,6 +75,47 @@ class _RangeGuard:
             for column, dtype in zip(zip(*out), (np.int64, np.int64, np.int64, np.bool_, np.int64)))
         lasts[-1] = True
         return starts, skips, ns, lasts, records
+
+    def element(self, paths_b, files, first, remaining):
+        """The byte ranges of an interleave element, as :meth:`segment`'s with each range's width
+        (files read) last: a segment (one file: its ranges, width 1), or a pack of whole small
+        files (one range over all of them, checked here: :meth:`pack`)."""
+        if len(files) == 1:
+            ranges = self.segment(paths_b[0], files[0], first, remaining)
+            return (*ranges, np.ones(len(ranges[0]), np.int64))
+        self.pack(paths_b, files)
+        one = np.zeros(1, np.int64)
+        return one, one, np.full(1, -1, np.int64), np.ones(1, np.bool_), one, np.full(1, len(files), np.int64)
+
+    def pack(self, paths_b, files) -> None:
+        """The checks of a pack of whole small files before TensorFlow opens any of them (error
+        mode only: the loader packs no file in skip mode), on one read of each file: its size
+        against its manifest; uncompressed, every length field against the file (with its index:
+        the index's lengths; without: a walk of its headers, remembered); and, once per process,
+        its bytes against the manifest's CRC-32C (a segment's end check does that after the read;
+        here nothing of a file that is not the manifest's is read).  A bad one raises, naming it."""
+        for path_b, i in zip(paths_b, files):
+            local = local_path(path_b.decode("utf-8"))
+            i = int(i)
+            f = self.table.files[i]
+            with open(local, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if f.bytes is not None and st.st_size != f.bytes:
+                    raise shard_mismatch(f, nbytes=st.st_size)
+                data = fh.read()
+            if f.compression == "none":
+                index = self.table.index(i, st.st_size)
+                if index is not None:
+                    self._check_lengths(local, f, index, 0, index.records, st.st_size, data)
+                else:  # the whole file in one walk (step -1: a pack's, apart from a segment's first range)
+                    self._walk(local, f, -1, 0, 1 << 62, -1, st, -1)
+            if f.crc32c is not None:
+                key = (i, st.st_size, st.st_mtime_ns)
+                if not self.table.content_checked(key):
+                    problem = shard_mismatch(f, nbytes=len(data), crc32c=checksum.extend(0, data))
+                    if problem is not None:
+                        raise problem
+                    self.table.content_checked(key, True)
 
     def verify(self, path_b, i, record, n):
         """How many of the ``n`` records from ``record`` TensorFlow may read: called just before
@@ -139,10 +181,12 @@ class _RangeGuard:
         nxt = int(offsets[end]) if end < index.records else size
         return _answer(start, 0, n, nxt, end >= index.records or n == remaining)
 
-    def _check_lengths(self, local: str, f: SourceFile, index: RecordIndex, record: int, n: int, size: int) -> int:
-        """``n``, or in skip mode the records before the first length field that is not the index's."""
+    def _check_lengths(self, local: str, f: SourceFile, index: RecordIndex, record: int, n: int, size: int,
+                       data: bytes | None = None) -> int:
+        """``n``, or in skip mode the records before the first length field that is not the index's
+        (``data``: the file's bytes, when they were read already)."""
         offsets, lengths = index.offsets, index.lengths
-        fields = _length_fields(local, offsets[record:record + n])
+        fields = _length_fields(local, offsets[record:record + n], data)
         differ = np.flatnonzero(fields != lengths[record:record + n])
         if not differ.size:
             return n
@@ -189,20 +233,28 @@ def _answer(start: int, skip: int, n: int, nxt: int, last: bool) -> tuple:
     return (np.int64(start), np.int64(skip), np.int64(n), np.int64(nxt), np.bool_(last))
 
 
-def _length_fields(local: str, offsets: np.ndarray) -> np.ndarray:
-    """The 8-byte length fields of the records at ``offsets`` of a local file, as uint64.
+def _length_fields(local: str, offsets: np.ndarray, data: bytes | None = None) -> np.ndarray:
+    """The 8-byte length fields of the records at ``offsets`` of a local file (or of its bytes,
+    ``data``), as uint64.
 
     One gather from a view of the file as a little-endian uint64 at every byte position (an
     unaligned array with a stride of one byte): 10x faster than gathering 8 bytes per record
     (~1 ms per 100,000 records), which matters because a segment's whole check comes before its
     first record.  An offset without 8 bytes after it is an IndexError, as a read past the end."""
+    if data is not None:
+        return _words(data)[offsets]
     with open(local, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        words = np.ndarray(shape=(max(0, len(mm) - 7),), dtype="<u8", buffer=mm, offset=0, strides=(1,))
+        words = _words(mm)
         try:
             fields = words[offsets]  # a copy: nothing of the mapping outlives it
         finally:
             del words
     return fields
+
+
+def _words(buf) -> np.ndarray:
+    """``buf`` as a little-endian uint64 at every byte position."""
+    return np.ndarray(shape=(max(0, len(buf) - 7),), dtype="<u8", buffer=buf, offset=0, strides=(1,))
 
 
 def _walk_headers(mm, size: int, pos: int, count: int, byte_limit: int | None):
@@ -239,6 +291,58 @@ class _SegmentChecker:
 
     def __init__(self, table: _FileTable, on_corrupt: str, stats: LoaderStats, cache: ShardCache | None):
         self.table, self.on_corrupt, self.stats, self.cache = table, on_corrupt, stats, cache
+
+    def element(self, paths_b, files, first, count, whole, n, nbytes):
+        """The end-of-element check: :meth:`__call__` for a segment, :meth:`pack` for a pack."""
+        if len(files) == 1:
+            return self(paths_b[0], files[0], first, count, whole, n, nbytes)
+        return self.pack(paths_b, files, int(n), int(nbytes))
+
+    def pack(self, paths_b, files, n: int, nbytes: int):
+        """A pack of whole small files read to its end: did TensorFlow read every record of every
+        file?  It did iff the framed streams its records make are the files (uncompressed: the
+        sum of their sizes; gzip: of their ISIZE trailers) and, with a manifest, ``n`` is the sum
+        of their counts.  When that does not hold, our own framing reader reads the files in
+        turn to name the first bad one (file, offset, which check) and raises (packs are read in
+        error mode only).  (Each file's bytes were checked against its manifest's CRC-32C by the
+        guard, before the read: :meth:`_RangeGuard.pack`.)"""
+        paths = [p.decode("utf-8") for p in paths_b]
+        fs_ = [self.table.files[int(i)] for i in files]
+        stream_bytes = nbytes + RECORD_OVERHEAD * n
+        counts = [f.records for f in fs_]
+        complete = None not in counts and n == sum(counts)
+        kinds = {f.compression for f in fs_}
+        if kinds == {"none"}:
+            sizes = [f.bytes if f.bytes is not None else os.stat(local_path(p)).st_size for p, f in zip(paths, fs_)]
+            complete = (complete or None in counts) and stream_bytes == sum(sizes)
+        elif not complete and kinds == {"gzip"}:
+            sizes = []
+            for p in paths:
+                with self._open(p) as fh:
+                    sizes.append(_gzip_isize(fh))
+            complete = None not in sizes and stream_bytes % (1 << 32) == sum(sizes) % (1 << 32)
+        if not complete:
+            total = 0
+            for p, f in zip(paths, fs_):
+                intact = 0
+                try:
+                    with self._open(p) as fh:
+                        for _ in read_records(fh, name=f.uri, compression=f.compression, verify=True):
+                            intact += 1
+                except CorruptRecordError as e:
+                    self.stats._file_done(0, CorruptFile(f.uri, e.offset, e.check, 0, str(e)), False)
+                    raise
+                if f.records is not None and intact != f.records:
+                    message = f"{f.uri}: holds {intact} records, but _manifest.json says {f.records}"
+                    self.stats._file_done(0, CorruptFile(f.uri, None, "record count", 0, message), False)
+                    raise ValueError(message)
+                total += intact
+            complete = total == n
+        if not complete:
+            raise ValueError(f"{paths[0]} and the {len(paths) - 1} files read after it: TensorFlow stopped after {n} "
+                             f"records, but the files hold intact records past them")
+        self.stats._files_done(len(paths), n)
+        return _NOTHING
 
     def __call__(self, path_b, index, first, count, whole, n, nbytes):
         path = path_b.decode("utf-8")

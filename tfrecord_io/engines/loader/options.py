@@ -29,6 +29,12 @@ CHUNK_RECORDS = 1024
 FIRST_RANGE_RECORDS = 1024
 MAX_RANGE_RECORDS = 1 << 16
 MAX_RANGE_BYTES = 64 << 20
+#: Small files are read in packs (one TensorFlow reader, one check before and after, for many
+#: files: see "Small files" in the package doc): whole files of at most PACK_FILE_BYTES, up to
+#: PACK_BYTES and PACK_FILES in a pack.
+PACK_FILE_BYTES = 4 << 20
+PACK_BYTES = 32 << 20
+PACK_FILES = 1024
 #: Records read by one call of the global shuffle's reader.
 GLOBAL_READ_RECORDS = 1024
 #: Files read at once by default: local / TF-native files, and files streamed through the cache.

@@ -11,6 +11,7 @@ import numpy as np
 
 from tfrecord_io.storage.shard_cache import ShardCache
 from tfrecord_io.engines.loader.files import _FileTable
+from tfrecord_io.engines.loader.options import PACK_BYTES, PACK_FILE_BYTES, PACK_FILES
 
 
 @dataclass(frozen=True)
@@ -49,17 +50,23 @@ def _share(counts: Sequence[int | None], input_context, batch: int, remainder: s
 class _EpochPlan:
     """One epoch's segments for one pipeline: a pure function of (key, epoch) (a numpy_function).
 
-    Returns ``(files, firsts, counts, wholes, pass_id)``: segment j reads ``counts[j]`` records of
-    file ``files[j]`` from record ``firsts[j]`` (``wholes[j]``: all of it, to its end).  The file
-    order is a permutation seeded by (key, epoch) when shuffling, the same in every pipeline.
-    Through the shard cache, the epoch's pass (``pass_id``, from the iterator's token) is planned.
+    Returns ``(files, firsts, counts, wholes, bounds, pass_id)``: segment j reads ``counts[j]``
+    records of file ``files[j]`` from record ``firsts[j]`` (``wholes[j]``: all of it, to its
+    end).  The file order is a permutation seeded by (key, epoch) when shuffling, the same in
+    every pipeline.  ``bounds`` groups the segments into what the interleave reads as one
+    element: segments ``bounds[e]`` to ``bounds[e + 1]``: one segment, or a *pack* of whole small
+    files read one after another by one TensorFlow reader (``pack_sizes``: each file's bytes,
+    -1 for a file never packed; None: no packs).  Through the shard cache, the epoch's pass
+    (``pass_id``, from the iterator's token) is planned.
     """
 
     def __init__(self, table: _FileTable, share: _Share | None, shuffle: bool, cache: ShardCache | None,
-                 pipeline_files: Sequence[int] | None = None):
+                 pipeline_files: Sequence[int] | None = None, pack_sizes: np.ndarray | None = None):
         self.table, self.share, self.shuffle, self.cache = table, share, shuffle, cache
         self.pipeline_files = pipeline_files  # without counts: this pipeline's files (files[id::n])
         self.counts = np.array([c if c is not None else -1 for c in table.counts()], dtype=np.int64)
+        self.pack_sizes = pack_sizes
+        self.compression = [f.compression for f in table.files]
 
     def __call__(self, key, epoch, token):
         key, epoch = int(key), int(epoch)
@@ -77,7 +84,32 @@ class _EpochPlan:
         pass_id = np.int64((int(token) * 1_000_003 + epoch) & (2**62 - 1))
         if self.cache is not None:
             self.cache.plan(int(pass_id), [self.table.files[i].uri for i in files])
-        return files, firsts, counts, wholes, pass_id
+        return files, firsts, counts, wholes, self._packs(files, wholes), pass_id
+
+    def _packs(self, files: np.ndarray, wholes: np.ndarray) -> np.ndarray:
+        """The element bounds: runs of whole small files of one compression, consecutive in the
+        epoch's order, become packs of up to PACK_FILES files and PACK_BYTES bytes."""
+        if self.pack_sizes is None:
+            return np.arange(files.size + 1, dtype=np.int64)
+        sizes = self.pack_sizes[files]
+        small = (wholes > 0) & (sizes >= 0) & (sizes <= PACK_FILE_BYTES)
+        bounds = [0]
+        held, held_bytes, kind = 0, 0, None  # the open pack: its files, bytes, compression
+        for j in range(files.size):
+            if small[j]:
+                c = self.compression[files[j]]
+                if held and (c != kind or held >= PACK_FILES or held_bytes + sizes[j] > PACK_BYTES):
+                    bounds.append(j)
+                    held, held_bytes = 0, 0
+                held, held_bytes, kind = held + 1, held_bytes + int(sizes[j]), c
+            else:
+                if held:
+                    bounds.append(j)
+                    held, held_bytes = 0, 0
+                bounds.append(j + 1)
+        if held:
+            bounds.append(files.size)
+        return np.array(bounds, dtype=np.int64)
 
     def _cut(self, order: np.ndarray):
         """Segments of positions [first, first + records) of ``order``'s records, laps modulo total."""

@@ -5,7 +5,10 @@ pipeline's segments, the window shuffle, the global shuffle's epochs, the declar
 from __future__ import annotations
 
 import logging
+import os
 from typing import Sequence
+
+import numpy as np
 
 
 from tfrecord_io.storage.shard_cache import ShardCache, scheme_of
@@ -52,20 +55,40 @@ def tf_can_open(uri: str) -> bool:
     return _TF_SCHEMES[scheme]
 
 
-def _byte_range(path, compression, start, skip, n):
-    """The records of one byte range: ``n`` (-1: all) from byte ``start`` of ``path``, after ``skip``.
+def _byte_range(paths, compression, start, skip, n):
+    """The records of one byte range: ``n`` (-1: all) from byte ``start`` of ``paths`` (one file, or
+    a pack's files read whole one after another, ``start`` 0), after ``skip``.
 
     ``TFRecordDatasetV2``'s ``byte_offsets`` (what ``tf.data.TFRecordDataset`` does not expose):
     TensorFlow seeks there (in a compressed file: by decompressing from the start) and reads,
-    checking both CRCs, as ``TFRecordDataset`` does.
+    checking both CRCs, as ``TFRecordDataset`` does.  After a bad record it goes on with the
+    next file of the list (its "so that it works with ignore_errors").
     """
     import tensorflow as tf
 
-    variant = tf.raw_ops.TFRecordDatasetV2(filenames=tf.reshape(path, [1]), compression_type=compression,
+    variant = tf.raw_ops.TFRecordDatasetV2(filenames=paths, compression_type=compression,
                                            buffer_size=tf.constant(_READ_BUFFER, tf.int64),
-                                           byte_offsets=tf.reshape(start, [1]))
+                                           byte_offsets=tf.fill(tf.shape(paths), start))
     records = tf.data.experimental.from_variant(variant, tf.TensorSpec([], tf.string))
     return records.skip(skip).take(n)
+
+
+def _pack_sizes(files) -> np.ndarray:
+    """Each file's bytes (the manifest's, else its size now) for the packing of small files; -1
+    for a file read on its own: one whose size is not known (not there: its error is said as it
+    opens), or a zlib stream without a record count (its end check would read it again)."""
+    sizes = np.full(len(files), -1, dtype=np.int64)
+    for k, f in enumerate(files):
+        if f.compression == "zlib" and f.records is None:
+            continue
+        if f.bytes is not None:
+            sizes[k] = f.bytes
+        else:
+            try:
+                sizes[k] = os.stat(local_path(f.uri)).st_size
+            except OSError:
+                pass
+    return sizes
 
 
 class _Reader:
@@ -93,7 +116,8 @@ class _Reader:
             stats.caches.append(self.cache.stats)
         self.cycle = max(cycle, 1)
         self.opts = opts
-        self.plan = _EpochPlan(table, share, opts.shuffle is True, self.cache, pipeline_files)
+        self.plan = _EpochPlan(table, share, opts.shuffle is True, self.cache, pipeline_files,
+                               _pack_sizes(files) if direct and opts.on_corrupt == "error" else None)
         self.guard = _RangeGuard(table, opts.on_corrupt, stats, self.cache)
         self.checker = _SegmentChecker(table, opts.on_corrupt, stats, self.cache)
         self.paths = tf.constant([local_path(f.uri) for f in files] or [""], tf.string)
@@ -103,63 +127,70 @@ class _Reader:
         """The chunks of records (string vectors of up to CHUNK_RECORDS) of one epoch, in reading order."""
         import tensorflow as tf
 
-        files, firsts, counts, wholes, pass_id = tf.numpy_function(
-            self.plan, [key, epoch, token], [tf.int64] * 5, stateful=True)
-        for t in (files, firsts, counts, wholes):
+        files, firsts, counts, wholes, bounds, pass_id = tf.numpy_function(
+            self.plan, [key, epoch, token], [tf.int64] * 6, stateful=True)
+        for t in (files, firsts, counts, wholes, bounds):
             t.set_shape([None])
         pass_id.set_shape([])
-        segments = tf.data.Dataset.from_tensor_slices(
-            (tf.range(tf.size(files, out_type=tf.int64)), files, firsts, counts, wholes))
+        # One element per segment, or per pack of small files (segments bounds[e] to bounds[e + 1]).
+        elements = tf.data.Dataset.from_tensor_slices(
+            (tf.range(tf.size(bounds, out_type=tf.int64) - 1), bounds[:-1], bounds[1:]))
         if self.cache is not None:
             # As the interleave takes each segment in (in order, before it opens it): its download
             # starts, in reading order, however the interleave's workers then race to open them.
+            # (No packs through the cache: element e is segment e.)
             def want(pos, *rest):
                 wanted = tf.numpy_function(lambda p, k: (self.cache.want(int(p), int(k)), k)[1], [pass_id, pos],
                                            tf.int64, stateful=True)
                 return (tf.reshape(wanted, []), *rest)
 
-            segments = segments.map(tf.autograph.experimental.do_not_convert(want))
+            elements = elements.map(tf.autograph.experimental.do_not_convert(want))
+
+        def element(pos, lo, hi):
+            return self._segment(pass_id, pos, files[lo:hi], firsts[lo], counts[lo], wholes[lo])
 
         if self.cache is not None:
-            def segment(pos, i, first, count, whole):
+            def segment(pos, lo, hi):
                 # Made as this element is first read, not when the interleave makes it (one at a
                 # time): the wait for a shard's download holds up this file only.
-                return tf.data.Dataset.from_tensors((pos, i, first, count, whole)).flat_map(
-                    tf.autograph.experimental.do_not_convert(lambda *args: self._segment(pass_id, *args)))
+                return tf.data.Dataset.from_tensors((pos, lo, hi)).flat_map(
+                    tf.autograph.experimental.do_not_convert(element))
             parallel = self.cycle
         else:
-            def segment(pos, i, first, count, whole):
-                return self._segment(pass_id, pos, i, first, count, whole)
+            segment = element
             parallel = tf.data.AUTOTUNE
-        return segments.interleave(tf.autograph.experimental.do_not_convert(segment), cycle_length=self.cycle,
+        return elements.interleave(tf.autograph.experimental.do_not_convert(segment), cycle_length=self.cycle,
                                    block_length=1, num_parallel_calls=parallel,
                                    deterministic=self.opts.is_deterministic)
 
-    def _segment(self, pass_id, pos, i, first, count, whole):
-        """One segment's chunks of records: its byte ranges (all checked by the guard as the
-        segment opens), read one after another, then the end-of-segment check.  Every tf.data
-        function here is one more to trace and instantiate before the first record (5 to 20 ms
-        each on 2 CPUs) and every per-chunk step costs on each of ~1,000 chunks per million
-        records, so there are few: the flat_map over the ranges and the checking scan."""
+    def _segment(self, pass_id, pos, seg_files, first, count, whole):
+        """One element's chunks of records: a segment (``seg_files`` holds its one file) or a pack
+        of whole small files.  A segment's byte ranges (all checked by the guard as it opens) are
+        read one after another, then the end-of-segment check; a pack is one range over all its
+        files (checked whole by the guard).  Every tf.data function here is one more to trace and
+        instantiate before the first record (5 to 20 ms each on 2 CPUs) and every per-chunk step
+        costs on each of ~1,000 chunks per million records, so there are few: the flat_map over
+        the ranges and the checking scan."""
         import tensorflow as tf
 
         if self.cache is not None:
             path = tf.numpy_function(lambda p, k: self.cache.fetch(int(p), int(k)).encode("utf-8"),
                                      [pass_id, pos], tf.string, stateful=True)
-            path.set_shape([])
+            paths = tf.reshape(path, [1])
         else:
-            path = tf.gather(self.paths, i)
+            paths = tf.gather(self.paths, seg_files)
+        path, i = paths[0], seg_files[0]
         compression = tf.gather(self.comps, i)
         remaining = tf.where(whole > 0, tf.constant(-1, tf.int64), count)
         i64 = tf.int64
-        ranges = tf.numpy_function(self.guard.segment, [path, i, first, remaining],
-                                   [i64, i64, i64, tf.bool, i64], stateful=False)
+        ranges = tf.numpy_function(self.guard.element, [paths, seg_files, first, remaining],
+                                   [i64, i64, i64, tf.bool, i64, i64], stateful=False)
         for t in ranges:
             t.set_shape([None])
-        starts, skips, ns, lasts, records = ranges
+        starts, skips, ns, lasts, records, widths = ranges
         marker = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
 
-        def read_range(start, skip, n, record):
+        def read_range(start, skip, n, record, width):
             # The range's length check, just before TensorFlow opens it (in skip mode it may cut
             # the range short: the check below then ends the segment).  A read error (bad CRC,
             # truncation) ends the range's stream, dropping the chunk it was filling; the
@@ -168,7 +199,7 @@ class _Reader:
             # one) marks the range's end.
             n = tf.numpy_function(self.guard.verify, [path, i, record, n], i64, stateful=False)
             n.set_shape([])
-            chunks = _byte_range(path, compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
+            chunks = _byte_range(paths[:width], compression, start, skip, n).batch(CHUNK_RECORDS).ignore_errors()
             return chunks.concatenate(marker)
 
         def check(state, chunk):
@@ -186,8 +217,8 @@ class _Reader:
             # Python is called at the segment's end only: a numpy_function on every chunk costs
             # about 0.2 CPU-s per million records, and more in wall time (the GIL).
             def at_end():
-                out = tf.numpy_function(self.checker, [path, i, first, count, whole, got, nbytes], tf.string,
-                                        stateful=True)
+                out = tf.numpy_function(self.checker.element, [paths, seg_files, first, count, whole, got, nbytes],
+                                        tf.string, stateful=True)
                 out.set_shape([None])
                 return out
 
@@ -202,7 +233,7 @@ class _Reader:
         # another rebatch's slices (the user's batch size, the shuffle's windows) prints "E0000
         # ... Tensor RefCount not reliable if buf_ points to a SubBuffer" for each (TF 2.21).
         plain = tf.autograph.experimental.do_not_convert  # (see make_dataset)
-        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records)).flat_map(plain(read_range))
+        return (tf.data.Dataset.from_tensor_slices((starts, skips, ns, records, widths)).flat_map(plain(read_range))
                 .scan((zero, zero, zero, tf.constant(False), zero), plain(check)))
 
 

@@ -36,7 +36,7 @@ class CorruptFile:
 class LoaderStats:
     """Counters a dataset updates as it is read (thread-safe; read them at any time).
 
-    ``files_read``: file segments read to their end (or to their first bad record), summed over
+    ``files_read``: files or file segments read to their end (or to their first bad record), summed over
     epochs (a segment is a whole file, but with an ``input_context`` a file may be cut between
     pipelines); ``records_read``: records read; ``corrupt_files``: segments that ended early
     (``skipped`` lists them, in skip mode); ``cache``: the HDFS shard cache's counters, if one is used.
@@ -62,6 +62,12 @@ class LoaderStats:
                 self.corrupt_files += 1
                 if skipped:
                     self.skipped.append(problem)
+
+    def _files_done(self, files: int, records: int) -> None:
+        """A pack of ``files`` whole files read to their end."""
+        with self._lock:
+            self.files_read += files
+            self.records_read += records
 
     def _records_done(self, records: int, problems: Sequence[CorruptFile] = ()) -> None:
         with self._lock:
