@@ -614,11 +614,23 @@ class _Entries:
     bad: np.ndarray
 
 
+def _long_key_codes(wire: Wire, ks: np.ndarray, kl: np.ndarray) -> np.ndarray:
+    """The codes of keys of 8 bytes or more: a hash of all their bytes, eight at a time (every
+    word multiplied in, so keys that differ in one byte only do not share a code), the top byte
+    0xFF (short keys' codes have their length there)."""
+    h = kl.astype(np.uint64) * _U(0xC2B2AE3D27D4EB4F)
+    for at in range(0, int(kl.max()), 8):
+        i = np.flatnonzero(kl > at)
+        word = wire.u64(ks[i] + at) & _BYTE_MASK[np.minimum(kl[i] - at, 8)]
+        h[i] = (h[i] ^ word) * _U(0x9E3779B97F4A7C15)
+    return (h >> _U(8)) | _U(0xFF << 56)
+
+
 class _Keys:
     """The map keys of a batch: each distinct key gets an id (its index in ``names``).
 
     A key is known by a 64-bit code: keys of up to 7 bytes by their bytes and length (exact),
-    longer ones by a hash of their first and last 8 bytes and length, checked byte for byte
+    longer ones by a hash of their bytes (:func:`_long_key_codes`), checked byte for byte
     against the key that first had the code (a collision sends the records to the slow path).
     Keys that are not UTF-8 get the id -1 (the record then goes to the slow path, which names it).
     """
@@ -637,9 +649,7 @@ class _Keys:
         code = w | (np.minimum(kl, 7).astype(np.uint64) << _U(56))
         if not short.all():
             i = np.flatnonzero(~short)
-            tail = wire.u64(ks[i] + kl[i] - 8)
-            h = (w[i] * _U(0x9E3779B97F4A7C15)) ^ (tail * _U(0xC2B2AE3D27D4EB4F)) ^ kl[i].astype(np.uint64)
-            code[i] = (h & _U(0x00FFFFFFFFFFFFFF)) | _U(0xFF << 56)
+            code[i] = _long_key_codes(wire, ks[i], kl[i])
         if not len(self.codes):  # the first entries hold most keys: learn them first
             self._learn(wire, ks, kl, code, np.arange(min(len(code), _SEED_ENTRIES)))
         at = np.searchsorted(self.codes, code)
@@ -782,6 +792,8 @@ def _short_entries(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
     masked out and read from the same row.  The row runs 4 bytes past the header: the value's
     first 4 bytes (a ``Feature``'s kind tag and lengths, :func:`_layout`) come with it."""
     kl = len(key)
+    if kl >= 0x80:  # a key length of two bytes or more: not this header
+        return None
     size = -(-(10 + kl) // 8) * 8
     header = (b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00").ljust(size, b"\x00")  # its lengths 0: masked
     care = (b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00").ljust(size, b"\x00")
