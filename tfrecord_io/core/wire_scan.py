@@ -44,6 +44,9 @@ Every feature of a record is checked.  A reader that asks for some features only
 by their wire structure alone -- tags, wire types, lengths within bounds, the kind field, packed
 lengths, a float payload a multiple of 4 bytes, every varint ended within 10 bytes -- the same
 checks, so the same records are odd, without their values being read.
+
+A compiled equivalent (``native/src/scan.rs``, record by record in Rust) runs instead when the compiled core does
+(:func:`tfrecord_io.core.native.active`); this numpy scan is its reference and fallback (``tests/test_native_scan.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from typing import Collection
 
 import numpy as np
 import pyarrow as pa
+
+from tfrecord_io.core import native
 
 __all__ = ["KIND_BYTES", "KIND_CODE", "KIND_FLOAT", "KIND_INT64", "KIND_NONE", "Scan", "ScannedFeature", "ScannedList",
            "Values", "Wire", "binary_parts", "exclusive_cumsum", "is_utf8", "scan_batch", "scan_wire"]
@@ -115,6 +120,7 @@ class Wire:
         off = np.frombuffer(records.buffers()[1], dtype=np.int64, count=len(records) + 1, offset=records.offset * 8)
         bounds = off[:-1] - off[0]  # the records' bounds, the padding after them
         self.n = len(bounds) - 1
+        self.bounds = bounds  # n + 1: the records' starts, then the first padding byte
         self.starts, self.ends = bounds[:-1], bounds[1:]
         self.limit = int(bounds[-1])  # the first padding byte
         self.arrow = records.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
@@ -934,6 +940,9 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
               feature_lists: Collection[str] | None = None) -> Scan:
     """:func:`scan_batch` of the records already in a :class:`Wire` (for a reader that goes back to
     the bytes of the records the scan leaves out)."""
+    compiled = native.active()
+    if compiled is not None:
+        return _compiled_scan(compiled, wire, features, feature_lists)
     features = None if features is None else frozenset(features)
     feature_lists = None if feature_lists is None else frozenset(feature_lists)
     ctx_s, ctx_e, lists_s, lists_e, has_lists, odd = _record_regions(wire)
@@ -980,6 +989,31 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
         lists = kept_lists
     return Scan(wire.n, odd, has_lists & ~odd, {n: ScannedFeature(*v) for n, v in found.items()},
                 {n: ScannedList(*v) for n, v in lists.items()})
+
+
+def _compiled_values(kind, counts, floats, ints, offsets, data) -> Values:
+    """The :class:`Values` of a feature from the compiled scan's bytearrays (no copy)."""
+    kind = np.frombuffer(kind, np.uint8)
+    m = len(offsets) // 8 - 1
+    return Values(kind, np.frombuffer(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
+                  pa.Array.from_buffers(pa.large_binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+                  np.zeros(len(kind), dtype=bool))
+
+
+def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
+                   feature_lists: Collection[str] | None) -> Scan:
+    """:func:`scan_wire` by the compiled core (``native/src/scan.rs``): the same records odd, the
+    same features and values (``tests/test_native_scan.py``); the dicts in the order the keys
+    first appear."""
+    odd, has_lists, found, lists = compiled.scan_examples(
+        wire.buf, wire.bounds, None if features is None else list(features),
+        None if feature_lists is None else list(feature_lists))
+    return Scan(wire.n, np.frombuffer(odd, bool), np.frombuffer(has_lists, bool),
+                {name: ScannedFeature(np.frombuffer(owners, np.int64), _compiled_values(*values))
+                 for name, owners, *values, _ in found},
+                {name: ScannedList(np.frombuffer(owners, np.int64), np.frombuffer(steps, np.int64),
+                                   _compiled_values(*values))
+                 for name, owners, *values, steps in lists})
 
 
 def is_utf8(v: bytes) -> bool:

@@ -1,0 +1,643 @@
+//! The protobuf wire scanner, compiled: what a batch of serialized `tf.train.Example` /
+//! `SequenceExample` records holds -- every key, kind and value -- read record by record in one
+//! pass, without a schema.
+//!
+//! The reference is `tfrecord_io/core/wire_scan.py` (numpy, all records in lock step); its module
+//! doc gives the messages and the rules, which are the same here: the *canonical* layout every
+//! protobuf serializer writes is read (at most one `features` / `context` field then at most one
+//! `feature_lists` field, map entries holding the key then the value, a `Feature` with one list
+//! field, numbers packed in one field, UTF-8 keys, a key once per record); a record that departs
+//! from it anywhere is *odd*: nothing of it is returned, and the caller decodes it with
+//! `decode_record`, which applies protobuf's rules or refuses it.  Every feature of a record is
+//! checked; the features (feature lists) not asked for are checked by their wire structure alone
+//! (the same checks, their values not copied), so the same records are odd whatever is asked.
+//! Lengths are varints of at most 8 bytes (as the numpy scanner reads them: a longer one is a
+//! length no record holds, or a non-minimal one, and the record is odd); packed int64 values are
+//! varints of at most 10 bytes, the bits past 64 dropped (protobuf's rule).
+//!
+//! Every position read comes from a length checked against the end of the region it lies in,
+//! and regions against the record's end, so hostile bytes make a record odd, never a read out of
+//! bounds.  `tests/test_native_scan.py` checks it against the numpy scanner.
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
+
+use crate::buffers::{check_offsets, slice};
+use crate::scratch;
+
+/// Kind codes (`wire_scan.KIND_*`): no kind set, then the field numbers of the three lists.
+const KIND_NONE: u8 = 0;
+const KIND_BYTES: u8 = 1;
+const KIND_FLOAT: u8 = 2;
+const KIND_INT64: u8 = 3;
+
+/// A length varint at `p` of at most 8 bytes: (value, the position after it).
+#[inline(always)]
+fn length(buf: &[u8], p: usize) -> Option<(usize, usize)> {
+    let first = *buf.get(p)?;
+    if first < 0x80 {
+        return Some((first as usize, p + 1));
+    }
+    let mut v = (first & 0x7F) as u64;
+    for i in 1..8 {
+        let b = *buf.get(p + i)?;
+        v |= ((b & 0x7F) as u64) << (7 * i);
+        if b < 0x80 {
+            return Some((v as usize, p + i + 1));
+        }
+    }
+    None
+}
+
+/// The payload [a, b) of the length-delimited field whose tag byte is at `p`, when its length
+/// is read and the payload ends within `end` (the tag itself is the caller's to check).
+#[inline(always)]
+fn ld(buf: &[u8], p: usize, end: usize) -> Option<(usize, usize)> {
+    let (len, a) = length(buf, p + 1)?;
+    let b = a.checked_add(len)?;
+    (b <= end).then_some((a, b))
+}
+
+/// The values of one feature (or feature list) of a batch, slot after slot (a slot: a record
+/// that holds the feature, or a step of a feature list), as `wire_scan.Values` holds them.
+struct Acc {
+    name: String,
+    owners: Vec<u64>,
+    steps: Vec<u64>,
+    kind: Vec<u8>,
+    counts: Vec<u64>,
+    floats: Vec<u32>,
+    ints: Vec<u64>,
+    offsets: Vec<u64>,
+    data: Vec<u8>,
+    /// The record (+1) whose first touch `mark` holds the lengths before.
+    marked: usize,
+    mark: [usize; 8],
+}
+
+impl Acc {
+    /// Its vectors from the scratch pool (`scratch.rs`: fresh ones each batch cost page faults).
+    fn new(name: String) -> Self {
+        let mut offsets = scratch::take_empty(1);
+        offsets.push(0);
+        Acc {
+            name,
+            owners: scratch::take_empty(0),
+            steps: scratch::take_empty(0),
+            kind: scratch::take_empty(0),
+            counts: scratch::take_empty(0),
+            floats: scratch::take_empty(0),
+            ints: scratch::take_empty(0),
+            offsets,
+            data: scratch::take_empty(0),
+            marked: 0,
+            mark: [0; 8],
+        }
+    }
+
+    /// Give the vectors back to the pool.
+    fn give(self) {
+        scratch::give(self.owners);
+        scratch::give(self.steps);
+        scratch::give(self.kind);
+        scratch::give(self.counts);
+        scratch::give(self.floats);
+        scratch::give(self.ints);
+        scratch::give(self.offsets);
+        scratch::give(self.data);
+    }
+
+    fn lengths(&self) -> [usize; 8] {
+        [self.owners.len(), self.steps.len(), self.kind.len(), self.counts.len(), self.floats.len(),
+         self.ints.len(), self.offsets.len(), self.data.len()]
+    }
+
+    /// Room for `n` records like the one held.
+    fn reserve(&mut self, n: usize) {
+        const MOST: usize = 64 << 20; // bytes reserved at most, per vector
+        fn room<T>(v: &mut Vec<T>, n: usize) {
+            let want = v.len().saturating_mul(n).min(MOST / std::mem::size_of::<T>().max(1));
+            v.reserve(want.saturating_sub(v.len()));
+        }
+        room(&mut self.owners, n);
+        room(&mut self.steps, n);
+        room(&mut self.kind, n);
+        room(&mut self.counts, n);
+        room(&mut self.floats, n);
+        room(&mut self.ints, n);
+        room(&mut self.offsets, n);
+        room(&mut self.data, n);
+    }
+
+    /// Drop what was added since `mark` (an odd record's values).
+    fn undo(&mut self) {
+        let m = self.mark;
+        self.owners.truncate(m[0]);
+        self.steps.truncate(m[1]);
+        self.kind.truncate(m[2]);
+        self.counts.truncate(m[3]);
+        self.floats.truncate(m[4]);
+        self.ints.truncate(m[5]);
+        self.offsets.truncate(m[6]);
+        self.data.truncate(m[7]);
+    }
+}
+
+/// Whether two keys are the same bytes: eight at a time, inline (most keys are short: a call to
+/// memcmp costs more than the compare).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        if u64::from_ne_bytes(x.try_into().unwrap()) != u64::from_ne_bytes(y.try_into().unwrap()) {
+            return false;
+        }
+    }
+    ca.remainder().iter().zip(cb.remainder()).all(|(x, y)| x == y)
+}
+
+/// One distinct map key of a batch.
+struct Key {
+    /// Its values' `Acc` when it is asked for (None: checked only, or a key that is not UTF-8).
+    acc: Option<usize>,
+    utf8: bool,
+    /// The last record (+1) holding it: a key twice in a record makes it odd.
+    last: usize,
+}
+
+/// The keys of one map (`Features` or `FeatureLists`) across a batch, and the values of those asked.
+struct Keys<'a> {
+    asked: Option<HashSet<String>>,
+    ids: HashMap<&'a [u8], u32>,
+    keys: Vec<Key>,
+    accs: Vec<Acc>,
+    /// The keys of the previous region in order, and of this one: records from one writer hold
+    /// the same keys in the same order, found by a compare instead of a hash.
+    prev: Vec<(&'a [u8], u32)>,
+    cur: Vec<(&'a [u8], u32)>,
+}
+
+impl<'a> Keys<'a> {
+    fn new(asked: Option<Vec<String>>) -> Self {
+        Keys { asked: asked.map(|a| a.into_iter().collect()), ids: HashMap::new(), keys: Vec::new(),
+               accs: Vec::new(), prev: Vec::new(), cur: Vec::new() }
+    }
+
+    /// The id of key `key`, the `k`-th of its region.
+    #[inline]
+    fn id(&mut self, k: usize, key: &'a [u8]) -> u32 {
+        if let Some(&(known, id)) = self.prev.get(k) {
+            if same(known, key) {
+                self.cur.push((key, id));
+                return id;
+            }
+        }
+        let id = match self.ids.get(key) {
+            Some(&id) => id,
+            None => {
+                let id = self.keys.len() as u32;
+                let (utf8, acc) = match std::str::from_utf8(key) {
+                    Ok(name) if self.asked.as_ref().is_none_or(|a| a.contains(name)) => {
+                        self.accs.push(Acc::new(name.to_owned()));
+                        (true, Some(self.accs.len() - 1))
+                    }
+                    Ok(_) => (true, None),
+                    Err(_) => (false, None),
+                };
+                self.keys.push(Key { acc, utf8, last: 0 });
+                self.ids.insert(key, id);
+                id
+            }
+        };
+        self.cur.push((key, id));
+        id
+    }
+
+    /// The entries of the map at [s, e) of record `r`: (key id, value start, value end) into
+    /// `out`, each key's `Acc` marked for an undo; false when the region is not canonical (a unit
+    /// that is not a well-formed entry, a key that is not UTF-8 or that comes twice).  As the
+    /// numpy scanner does, the entries are found up to the first unit that is not a field 1.
+    fn entries(&mut self, buf: &'a [u8], s: usize, e: usize, r: usize, out: &mut Vec<(u32, usize, usize)>,
+               touched: &mut Vec<usize>) -> bool {
+        std::mem::swap(&mut self.prev, &mut self.cur);
+        self.cur.clear();
+        out.clear();
+        let mut ok = true;
+        let (mut q, mut k) = (s, 0);
+        while q < e {
+            if buf[q] != 0x0A {
+                return false;
+            }
+            let Some((bs, be)) = ld(buf, q, e) else { return false };
+            q = be;
+            // the entry: 0A <key length> <key> 12 <value length> <value>, nothing else
+            let Some((kl, ks)) = (if bs < be && buf[bs] == 0x0A { length(buf, bs + 1) } else { None }) else {
+                ok = false;
+                continue;
+            };
+            let ke = match ks.checked_add(kl) {
+                Some(ke) if ke < be && buf[ke] == 0x12 => ke,
+                _ => {
+                    ok = false;
+                    continue;
+                }
+            };
+            match length(buf, ke + 1) {
+                Some((vl, vs)) if vs.checked_add(vl) == Some(be) => {
+                    let id = self.id(k, &buf[ks..ke]);
+                    k += 1;
+                    let key = &mut self.keys[id as usize];
+                    if !key.utf8 {
+                        ok = false;
+                        continue;
+                    }
+                    if key.last == r + 1 {
+                        ok = false; // a key twice: protobuf's last entry wins (the slow path)
+                    }
+                    key.last = r + 1;
+                    if let Some(a) = key.acc {
+                        let acc = &mut self.accs[a];
+                        if acc.marked != r + 1 {
+                            acc.marked = r + 1;
+                            acc.mark = acc.lengths();
+                            touched.push(a);
+                        }
+                    }
+                    out.push((id, vs, be));
+                }
+                _ => ok = false,
+            }
+        }
+        ok
+    }
+
+    fn undo(&mut self, touched: &[usize]) {
+        for &a in touched {
+            self.accs[a].undo();
+        }
+    }
+}
+
+/// Packed varints at [ps, pe): how many, each into `out` (None: checked only); None when the
+/// last is cut or one is longer than 10 bytes.
+#[inline]
+fn varints(buf: &[u8], ps: usize, pe: usize, mut out: Option<&mut Vec<u64>>) -> Option<u64> {
+    let (mut q, mut count) = (ps, 0);
+    while q < pe {
+        let mut v = 0u64;
+        let mut i = 0;
+        loop {
+            if q >= pe || i == 10 {
+                return None;
+            }
+            let b = buf[q];
+            q += 1;
+            v |= ((b & 0x7F) as u64) << (7 * i); // the 10th byte: its lowest bit only (bit 63)
+            i += 1;
+            if b < 0x80 {
+                break;
+            }
+        }
+        if let Some(o) = out.as_deref_mut() {
+            o.push(v);
+        }
+        count += 1;
+    }
+    Some(count)
+}
+
+/// One `Feature` at [vs, ve): its kind, count and values into `acc` (None: its structure
+/// checked only); false when it is not canonical (values may then be half added: the record is
+/// odd and its values undone).
+#[inline(always)]
+fn feature(buf: &[u8], vs: usize, ve: usize, acc: Option<&mut Acc>) -> bool {
+    // The usual Feature, known from its first four bytes: its kind's tag, the list's length, the
+    // list's one field (tag 0A) and that field's length, both lengths under 128.
+    let w = ve - vs;
+    if (4..=129).contains(&w) && buf[vs + 1] as usize == w - 2 && buf[vs + 2] == 0x0A && buf[vs + 3] as usize == w - 4 {
+        let (ps, pe) = (vs + 4, ve);
+        match (buf[vs], acc) {
+            (0x12, acc) if w % 4 == 0 => {
+                if let Some(acc) = acc {
+                    acc.floats.extend(buf[ps..pe].chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+                    acc.kind.push(KIND_FLOAT);
+                    acc.counts.push((w as u64 - 4) / 4);
+                }
+                return true;
+            }
+            (0x1A, Some(acc)) => {
+                if let Some(c) = varints(buf, ps, pe, Some(&mut acc.ints)) {
+                    acc.kind.push(KIND_INT64);
+                    acc.counts.push(c);
+                    return true;
+                }
+                return false;
+            }
+            (0x1A, None) => return varints(buf, ps, pe, None).is_some(),
+            (0x0A, acc) => {
+                if let Some(acc) = acc {
+                    acc.data.extend_from_slice(&buf[ps..pe]);
+                    acc.offsets.push(acc.data.len() as u64);
+                    acc.kind.push(KIND_BYTES);
+                    acc.counts.push(1);
+                }
+                return true;
+            }
+            (_, acc) => return general_feature(buf, vs, ve, acc),
+        }
+    }
+    general_feature(buf, vs, ve, acc)
+}
+
+/// :func:`feature` for any layout.
+#[inline(never)]
+fn general_feature(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) -> bool {
+    if vs == ve {
+        if let Some(a) = acc {
+            a.kind.push(KIND_NONE);
+            a.counts.push(0);
+        }
+        return true;
+    }
+    let kind = match buf[vs] {
+        0x0A => KIND_BYTES,
+        0x12 => KIND_FLOAT,
+        0x1A => KIND_INT64,
+        _ => return false,
+    };
+    let Some((ls, le)) = ld(buf, vs, ve) else { return false };
+    if le != ve {
+        return false;
+    }
+    let count = if kind == KIND_BYTES {
+        let (mut q, mut count) = (ls, 0);
+        while q < le {
+            if buf[q] != 0x0A {
+                return false;
+            }
+            let Some((a, b)) = ld(buf, q, le) else { return false };
+            if let Some(acc) = acc.as_deref_mut() {
+                acc.data.extend_from_slice(&buf[a..b]);
+                acc.offsets.push(acc.data.len() as u64);
+            }
+            count += 1;
+            q = b;
+        }
+        count
+    } else if ls == le {
+        0
+    } else {
+        if buf[ls] != 0x0A {
+            return false;
+        }
+        let Some((ps, pe)) = ld(buf, ls, le) else { return false };
+        if pe != le {
+            return false;
+        }
+        if kind == KIND_FLOAT {
+            if (pe - ps) % 4 != 0 {
+                return false;
+            }
+            if let Some(acc) = acc.as_deref_mut() {
+                // floats as their bits, word by word (a call to memmove costs more than a scalar)
+                acc.floats.extend(buf[ps..pe].chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+            }
+            ((pe - ps) / 4) as u64
+        } else {
+            match varints(buf, ps, pe, acc.as_deref_mut().map(|a| &mut a.ints)) {
+                Some(c) => c,
+                None => return false,
+            }
+        }
+    };
+    if let Some(a) = acc {
+        a.kind.push(kind);
+        a.counts.push(count);
+    }
+    true
+}
+
+/// A `FeatureList` at [vs, ve): its steps (`Feature` messages) into `acc` (None: checked only),
+/// and their number; None when it is not canonical.
+fn feature_list(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) -> Option<u64> {
+    let (mut q, mut steps) = (vs, 0);
+    while q < ve {
+        if buf[q] != 0x0A {
+            return None;
+        }
+        let (a, b) = ld(buf, q, ve)?;
+        if !feature(buf, a, b, acc.as_deref_mut()) {
+            return None;
+        }
+        steps += 1;
+        q = b;
+    }
+    Some(steps)
+}
+
+/// What a scan finds (the `wire_scan.Scan` of a batch, before it becomes Python objects).
+struct Found {
+    odd: Vec<u8>,
+    has_lists: Vec<u8>,
+    features: Vec<Acc>,
+    lists: Vec<Acc>,
+}
+
+/// Scan the `n` records `buf[bounds[i]..bounds[i + 1]]` (module doc).
+fn scan(buf: &[u8], bounds: &[i64], features: Option<Vec<String>>, feature_lists: Option<Vec<String>>) -> Found {
+    let n = bounds.len() - 1;
+    let mut odd = vec![0u8; n];
+    let mut has_lists = vec![0u8; n];
+    let mut fkeys = Keys::new(features);
+    let mut lkeys = Keys::new(feature_lists);
+    let (mut entries, mut ftouched, mut ltouched) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..n {
+        let (s, e) = (bounds[r] as usize, bounds[r + 1] as usize);
+        ftouched.clear();
+        ltouched.clear();
+        let mut bad = false;
+        // the record: field 1 (features, context) then field 2 (feature_lists), each at most once
+        let mut p = s;
+        let (mut cs, mut ce) = (s, s);
+        if p < e && buf[p] == 0x0A {
+            match ld(buf, p, e) {
+                Some((a, b)) => {
+                    (cs, ce, p) = (a, b, b);
+                }
+                None => bad = true,
+            }
+        }
+        let mut lists = None;
+        if !bad && p < e && buf[p] == 0x12 {
+            match ld(buf, p, e) {
+                Some((a, b)) => {
+                    lists = Some((a, b));
+                    p = b;
+                }
+                None => bad = true,
+            }
+        }
+        bad |= p != e;
+        // the features: every entry's Feature read (asked for) or checked
+        if cs < ce {
+            bad |= !fkeys.entries(buf, cs, ce, r, &mut entries, &mut ftouched);
+            for &(id, vs, ve) in &entries {
+                if bad {
+                    break; // the names are known; the values of an odd record are not kept
+                }
+                let acc = fkeys.keys[id as usize].acc.map(|a| &mut fkeys.accs[a]);
+                match acc {
+                    Some(acc) => {
+                        acc.owners.push(r as u64);
+                        bad |= !feature(buf, vs, ve, Some(acc));
+                    }
+                    None => bad |= !feature(buf, vs, ve, None),
+                }
+            }
+        }
+        // the feature lists: every step of each
+        if let Some((a, b)) = lists {
+            bad |= !lkeys.entries(buf, a, b, r, &mut entries, &mut ltouched);
+            for &(id, vs, ve) in &entries {
+                if bad {
+                    break;
+                }
+                let acc = lkeys.keys[id as usize].acc.map(|a| &mut lkeys.accs[a]);
+                match acc {
+                    Some(acc) => match feature_list(buf, vs, ve, Some(&mut *acc)) {
+                        Some(steps) => {
+                            acc.owners.push(r as u64);
+                            acc.steps.push(steps);
+                        }
+                        None => bad = true,
+                    },
+                    None => bad |= feature_list(buf, vs, ve, None).is_none(),
+                }
+            }
+        }
+        if bad {
+            odd[r] = 1;
+            fkeys.undo(&ftouched);
+            lkeys.undo(&ltouched);
+        } else {
+            has_lists[r] = lists.is_some() as u8;
+            if r == 0 {
+                // room for n records like the first: the vectors grow once, not log(n) times
+                for acc in fkeys.accs.iter_mut().chain(lkeys.accs.iter_mut()) {
+                    acc.reserve(n);
+                }
+            }
+        }
+    }
+    Found { odd, has_lists, features: fkeys.accs, lists: lkeys.accs }
+}
+
+fn bytearray<'py>(py: Python<'py>, v: &[u8]) -> Bound<'py, PyByteArray> {
+    PyByteArray::new(py, v)
+}
+
+/// Little-endian int64 items (the values are int64 bits held as u64).
+fn i64s<'py>(py: Python<'py>, v: &[u64]) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, 8 * v.len(), |out| {
+        for (o, x) in out.chunks_exact_mut(8).zip(v) {
+            o.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })
+}
+
+fn u32s<'py>(py: Python<'py>, v: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, 4 * v.len(), |out| {
+        for (o, x) in out.chunks_exact_mut(4).zip(v) {
+            o.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })
+}
+
+/// One feature as Python takes it: (name, records, kind, counts, floats, ints, value offsets,
+/// value bytes), and for a feature list the steps per record last; each array a bytearray of
+/// little-endian int64 / uint8 / float32 items.
+type FeatureOut<'py> = (String, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>,
+                        Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>,
+                        Bound<'py, PyByteArray>, Bound<'py, PyByteArray>);
+
+fn feature_out(py: Python<'_>, a: Acc) -> PyResult<FeatureOut<'_>> {
+    let out = (a.name.clone(), i64s(py, &a.owners)?, bytearray(py, &a.kind), i64s(py, &a.counts)?,
+               u32s(py, &a.floats)?, i64s(py, &a.ints)?, i64s(py, &a.offsets)?, bytearray(py, &a.data),
+               i64s(py, &a.steps)?);
+    a.give();
+    Ok(out)
+}
+
+/// Scan the `n` records `data[bounds[i]..bounds[i + 1]]` (`bounds`: n + 1 int64, rising): the
+/// compiled `wire_scan.scan_wire`.  `features` / `feature_lists`: the names whose values are
+/// read (None: every one); the others are checked by their structure.  Returns `(odd,
+/// has_lists, features, feature_lists)`: `odd` and `has_lists` one byte (0 / 1) per record, each
+/// feature as `FeatureOut` in the order of first appearance.
+#[pyfunction]
+#[pyo3(signature = (data, bounds, features=None, feature_lists=None))]
+pub fn scan_examples<'py>(py: Python<'py>, data: PyBuffer<u8>, bounds: PyBuffer<i64>,
+                          features: Option<Vec<String>>, feature_lists: Option<Vec<String>>)
+    -> PyResult<(Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Vec<FeatureOut<'py>>, Vec<FeatureOut<'py>>)> {
+    let buf = slice(&data, "scan_examples: data")?;
+    let bounds = slice(&bounds, "scan_examples: bounds")?;
+    check_offsets(bounds, buf.len(), "scan_examples")?;
+    let found = py.detach(|| scan(buf, bounds, features, feature_lists));
+    let features = found.features.into_iter().map(|a| feature_out(py, a)).collect::<PyResult<Vec<_>>>()?;
+    let lists = found.lists.into_iter().map(|a| feature_out(py, a)).collect::<PyResult<Vec<_>>>()?;
+    Ok((bytearray(py, &found.odd), bytearray(py, &found.has_lists), features, lists))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ld_bytes(tag: u8, payload: &[u8]) -> Vec<u8> {
+        assert!(payload.len() < 128);
+        let mut v = vec![tag, payload.len() as u8];
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn run(records: &[Vec<u8>]) -> Found {
+        let mut buf = Vec::new();
+        let mut bounds = vec![0i64];
+        for r in records {
+            buf.extend_from_slice(r);
+            bounds.push(buf.len() as i64);
+        }
+        buf.extend_from_slice(&[0; 32]);
+        scan(&buf, &bounds, None, None)
+    }
+
+    #[test]
+    fn reads_an_example_and_refuses_damage() {
+        let feature = ld_bytes(0x1A, &ld_bytes(0x0A, &[0x96, 0x01]));
+        let entry = ld_bytes(0x0A, &[ld_bytes(0x0A, b"x"), ld_bytes(0x12, &feature)].concat());
+        let good = ld_bytes(0x0A, &entry);
+        let twice = ld_bytes(0x0A, &[entry.clone(), entry.clone()].concat());
+        let mut cut = good.clone();
+        cut.pop();
+        let found = run(&[good.clone(), twice, cut, vec![], vec![0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]]);
+        assert_eq!(found.odd, vec![0, 1, 1, 0, 1]);
+        let x = &found.features[0];
+        assert_eq!((x.name.as_str(), &x.owners[..], &x.ints[..], &x.counts[..]), ("x", &[0u64][..], &[150u64][..], &[1u64][..]));
+    }
+
+    #[test]
+    fn ten_byte_varints_keep_bit_63_only() {
+        let mut out = Vec::new();
+        let bytes = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F];
+        assert_eq!(varints(&bytes, 0, 10, Some(&mut out)), Some(1));
+        assert_eq!(out, vec![u64::MAX]);
+        assert_eq!(varints(&[0xFF; 11], 0, 11, None), None);
+        assert_eq!(varints(&[0x80], 0, 1, None), None);
+    }
+}
