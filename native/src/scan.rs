@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
+use pyo3::BoundObject;
 
 use crate::buffers::{check_offsets, slice};
 use crate::scratch;
@@ -61,21 +62,95 @@ fn ld(buf: &[u8], p: usize, end: usize) -> Option<(usize, usize)> {
     (b <= end).then_some((a, b))
 }
 
+/// A column that is often one value repeated (every slot's kind; one value per slot; a record
+/// index equal to the slot's, `IDENT`): held as that value and a length until another comes,
+/// which costs no store per slot, and no copy out (Python makes the array).
+struct Col<T: scratch::Pooled + PartialEq> {
+    /// The value every item has while `vec` is None (for `ident`: item i is i).
+    first: T,
+    n: usize,
+    ident: bool,
+    vec: Option<Vec<T>>,
+}
+
+impl<T: scratch::Pooled + PartialEq + TryFrom<usize>> Col<T> {
+    fn new(ident: bool) -> Self {
+        Col { first: T::default(), n: 0, ident, vec: None }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, x: T) {
+        match &mut self.vec {
+            Some(v) => v.push(x),
+            None if self.ident => match T::try_from(self.n) {
+                Ok(i) if i == x => self.n += 1,
+                _ => self.spill(x),
+            },
+            None if self.n == 0 => {
+                self.first = x;
+                self.n = 1;
+            }
+            None if x == self.first => self.n += 1,
+            None => self.spill(x),
+        }
+    }
+
+    /// From here on, one item each.
+    #[cold]
+    fn spill(&mut self, x: T) {
+        let mut v = scratch::take_empty(self.n + 1);
+        for i in 0..self.n {
+            v.push(if self.ident { T::try_from(i).unwrap_or(self.first) } else { self.first });
+        }
+        v.push(x);
+        self.vec = Some(v);
+    }
+
+    fn len(&self) -> usize {
+        self.vec.as_ref().map_or(self.n, |v| v.len())
+    }
+
+    fn last(&self) -> Option<T> {
+        match &self.vec {
+            Some(v) => v.last().copied(),
+            None if self.n == 0 => None,
+            None if self.ident => T::try_from(self.n - 1).ok(),
+            None => Some(self.first),
+        }
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        let x = self.last()?;
+        self.truncate(self.len() - 1);
+        Some(x)
+    }
+
+    fn truncate(&mut self, m: usize) {
+        match &mut self.vec {
+            Some(v) => v.truncate(m),
+            None => self.n = self.n.min(m),
+        }
+    }
+
+    fn give(self) {
+        if let Some(v) = self.vec {
+            scratch::give(v);
+        }
+    }
+}
+
 /// The values of one feature (or feature list) of a batch, slot after slot (a slot: a record
 /// that holds the feature, or a step of a feature list), as `wire_scan.Values` holds them.
 struct Acc {
     name: String,
-    owners: Vec<u64>,
-    steps: Vec<u64>,
-    kind: Vec<u8>,
-    counts: Vec<u64>,
+    owners: Col<u64>,
+    steps: Col<u64>,
+    kind: Col<u8>,
+    counts: Col<u64>,
     floats: Vec<u32>,
     ints: Vec<u64>,
     offsets: Vec<u64>,
     data: Vec<u8>,
-    /// The record (+1) whose first touch `mark` holds the lengths before.
-    marked: usize,
-    mark: [usize; 8],
 }
 
 impl Acc {
@@ -85,34 +160,27 @@ impl Acc {
         offsets.push(0);
         Acc {
             name,
-            owners: scratch::take_empty(0),
-            steps: scratch::take_empty(0),
-            kind: scratch::take_empty(0),
-            counts: scratch::take_empty(0),
+            owners: Col::new(true),
+            steps: Col::new(false),
+            kind: Col::new(false),
+            counts: Col::new(false),
             floats: scratch::take_empty(0),
             ints: scratch::take_empty(0),
             offsets,
             data: scratch::take_empty(0),
-            marked: 0,
-            mark: [0; 8],
         }
     }
 
     /// Give the vectors back to the pool.
     fn give(self) {
-        scratch::give(self.owners);
-        scratch::give(self.steps);
-        scratch::give(self.kind);
-        scratch::give(self.counts);
+        self.owners.give();
+        self.steps.give();
+        self.kind.give();
+        self.counts.give();
         scratch::give(self.floats);
         scratch::give(self.ints);
         scratch::give(self.offsets);
         scratch::give(self.data);
-    }
-
-    fn lengths(&self) -> [usize; 8] {
-        [self.owners.len(), self.steps.len(), self.kind.len(), self.counts.len(), self.floats.len(),
-         self.ints.len(), self.offsets.len(), self.data.len()]
     }
 
     /// Room for `n` records like the one held.
@@ -122,27 +190,44 @@ impl Acc {
             let want = v.len().saturating_mul(n).min(MOST / std::mem::size_of::<T>().max(1));
             v.reserve(want.saturating_sub(v.len()));
         }
-        room(&mut self.owners, n);
-        room(&mut self.steps, n);
-        room(&mut self.kind, n);
-        room(&mut self.counts, n);
         room(&mut self.floats, n);
         room(&mut self.ints, n);
         room(&mut self.offsets, n);
         room(&mut self.data, n);
     }
 
-    /// Drop what was added since `mark` (an odd record's values).
-    fn undo(&mut self) {
-        let m = self.mark;
-        self.owners.truncate(m[0]);
-        self.steps.truncate(m[1]);
-        self.kind.truncate(m[2]);
-        self.counts.truncate(m[3]);
-        self.floats.truncate(m[4]);
-        self.ints.truncate(m[5]);
-        self.offsets.truncate(m[6]);
-        self.data.truncate(m[7]);
+    /// Drop the last slot and its values.
+    fn pop_slot(&mut self) {
+        let (Some(kind), Some(count)) = (self.kind.pop(), self.counts.pop()) else { return };
+        let c = count as usize;
+        match kind {
+            KIND_FLOAT => self.floats.truncate(self.floats.len().saturating_sub(c)),
+            KIND_INT64 => self.ints.truncate(self.ints.len().saturating_sub(c)),
+            KIND_BYTES => {
+                self.offsets.truncate(self.offsets.len().saturating_sub(c).max(1));
+                self.data.truncate(self.offsets.last().copied().unwrap_or(0) as usize);
+            }
+            _ => {}
+        }
+    }
+
+    /// Drop what record `r` added (it is odd).  A `Feature` or `FeatureList` that failed took back
+    /// its own values; a feature's record is added before its slot, a feature list's after its
+    /// steps, so the slots to drop are known from the records.
+    fn undo(&mut self, r: u64, lists: bool) {
+        while self.owners.last() == Some(r) {
+            self.owners.pop();
+            if lists {
+                for _ in 0..self.steps.pop().unwrap_or(0) {
+                    self.pop_slot();
+                }
+            }
+        }
+        if !lists {
+            while self.kind.len() > self.owners.len() {
+                self.pop_slot();
+            }
+        }
     }
 }
 
@@ -220,7 +305,7 @@ impl<'a> Keys<'a> {
     }
 
     /// The entries of the map at [s, e) of record `r`: (key id, value start, value end) into
-    /// `out`, each key's `Acc` marked for an undo; false when the region is not canonical (a unit
+    /// `out`, each asked key's `Acc` into `touched` (for an undo); false when the region is not canonical (a unit
     /// that is not a well-formed entry, a key that is not UTF-8 or that comes twice).  As the
     /// numpy scanner does, the entries are found up to the first unit that is not a field 1.
     fn entries(&mut self, buf: &'a [u8], s: usize, e: usize, r: usize, out: &mut Vec<(u32, usize, usize)>,
@@ -262,12 +347,7 @@ impl<'a> Keys<'a> {
                     }
                     key.last = r + 1;
                     if let Some(a) = key.acc {
-                        let acc = &mut self.accs[a];
-                        if acc.marked != r + 1 {
-                            acc.marked = r + 1;
-                            acc.mark = acc.lengths();
-                            touched.push(a);
-                        }
+                        touched.push(a);
                     }
                     out.push((id, vs, be));
                 }
@@ -277,9 +357,10 @@ impl<'a> Keys<'a> {
         ok
     }
 
-    fn undo(&mut self, touched: &[usize]) {
+    /// Drop what record `r` added to the `Acc`s it touched (it is odd).
+    fn undo(&mut self, r: usize, touched: &[usize], lists: bool) {
         for &a in touched {
-            self.accs[a].undo();
+            self.accs[a].undo(r as u64, lists);
         }
     }
 }
@@ -288,12 +369,16 @@ impl<'a> Keys<'a> {
 /// last is cut or one is longer than 10 bytes.
 #[inline]
 fn varints(buf: &[u8], ps: usize, pe: usize, mut out: Option<&mut Vec<u64>>) -> Option<u64> {
+    let start = out.as_ref().map_or(0, |o| o.len());
     let (mut q, mut count) = (ps, 0);
     while q < pe {
         let mut v = 0u64;
         let mut i = 0;
         loop {
             if q >= pe || i == 10 {
+                if let Some(o) = out {
+                    o.truncate(start); // a bad list leaves no values
+                }
                 return None;
             }
             let b = buf[q];
@@ -313,8 +398,7 @@ fn varints(buf: &[u8], ps: usize, pe: usize, mut out: Option<&mut Vec<u64>>) -> 
 }
 
 /// One `Feature` at [vs, ve): its kind, count and values into `acc` (None: its structure
-/// checked only); false when it is not canonical (values may then be half added: the record is
-/// odd and its values undone).
+/// checked only); false, and nothing added, when it is not canonical.
 #[inline(always)]
 fn feature(buf: &[u8], vs: usize, ve: usize, acc: Option<&mut Acc>) -> bool {
     // The usual Feature, known from its first four bytes: its kind's tag, the list's length, the
@@ -376,12 +460,16 @@ fn general_feature(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) 
         return false;
     }
     let count = if kind == KIND_BYTES {
-        let (mut q, mut count) = (ls, 0);
+        let (mut q, mut count) = (ls, 0u64);
         while q < le {
-            if buf[q] != 0x0A {
+            let unit = if buf[q] == 0x0A { ld(buf, q, le) } else { None };
+            let Some((a, b)) = unit else {
+                if let Some(acc) = acc {
+                    acc.offsets.truncate(acc.offsets.len() - count as usize); // a bad list leaves no values
+                    acc.data.truncate(acc.offsets.last().copied().unwrap_or(0) as usize);
+                }
                 return false;
-            }
-            let Some((a, b)) = ld(buf, q, le) else { return false };
+            };
             if let Some(acc) = acc.as_deref_mut() {
                 acc.data.extend_from_slice(&buf[a..b]);
                 acc.offsets.push(acc.data.len() as u64);
@@ -428,15 +516,19 @@ fn general_feature(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) 
 fn feature_list(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) -> Option<u64> {
     let (mut q, mut steps) = (vs, 0);
     while q < ve {
-        if buf[q] != 0x0A {
-            return None;
-        }
-        let (a, b) = ld(buf, q, ve)?;
-        if !feature(buf, a, b, acc.as_deref_mut()) {
-            return None;
+        let step = if buf[q] == 0x0A { ld(buf, q, ve) } else { None };
+        match step {
+            Some((a, b)) if feature(buf, a, b, acc.as_deref_mut()) => q = b,
+            _ => {
+                if let Some(acc) = acc {
+                    for _ in 0..steps {
+                        acc.pop_slot(); // a bad list leaves no steps
+                    }
+                }
+                return None;
+            }
         }
         steps += 1;
-        q = b;
     }
     Some(steps)
 }
@@ -523,8 +615,8 @@ fn scan(buf: &[u8], bounds: &[i64], features: Option<Vec<String>>, feature_lists
         }
         if bad {
             odd[r] = 1;
-            fkeys.undo(&ftouched);
-            lkeys.undo(&ltouched);
+            fkeys.undo(r, &ftouched, false);
+            lkeys.undo(r, &ltouched, true);
         } else {
             has_lists[r] = lists.is_some() as u8;
             if r == 0 {
@@ -538,8 +630,8 @@ fn scan(buf: &[u8], bounds: &[i64], features: Option<Vec<String>>, feature_lists
     Found { odd, has_lists, features: fkeys.accs, lists: lkeys.accs }
 }
 
-fn bytearray<'py>(py: Python<'py>, v: &[u8]) -> Bound<'py, PyByteArray> {
-    PyByteArray::new(py, v)
+fn bytearray<'py>(py: Python<'py>, v: &[u8]) -> PyResult<Bound<'py, PyByteArray>> {
+    Ok(PyByteArray::new(py, v))
 }
 
 /// Little-endian int64 items (the values are int64 bits held as u64).
@@ -561,17 +653,29 @@ fn u32s<'py>(py: Python<'py>, v: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
     })
 }
 
+/// A `Col` as Python takes it: (its length, its one value or None for a record index equal to
+/// the slot's, or a bytearray of its items).
+fn col_out<'py, T: scratch::Pooled + PartialEq + TryFrom<usize> + IntoPyObject<'py>>(
+    py: Python<'py>, c: &Col<T>, items: impl Fn(Python<'py>, &[T]) -> PyResult<Bound<'py, PyByteArray>>)
+    -> PyResult<(usize, Bound<'py, PyAny>)> {
+    Ok(match &c.vec {
+        Some(v) => (v.len(), items(py, v)?.into_any()),
+        None if c.ident => (c.n, py.None().into_bound(py)),
+        None => (c.n, c.first.into_pyobject(py).map_err(Into::into)?.into_any().into_bound()),
+    })
+}
+
 /// One feature as Python takes it: (name, records, kind, counts, floats, ints, value offsets,
-/// value bytes), and for a feature list the steps per record last; each array a bytearray of
-/// little-endian int64 / uint8 / float32 items.
-type FeatureOut<'py> = (String, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>,
-                        Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>,
-                        Bound<'py, PyByteArray>, Bound<'py, PyByteArray>);
+/// value bytes, steps), the arrays bytearrays of little-endian int64 / uint8 / float32 items,
+/// `records`, `kind`, `counts` and `steps` each as `col_out` gives it.
+type ColOut<'py> = (usize, Bound<'py, PyAny>);
+type FeatureOut<'py> = (String, ColOut<'py>, ColOut<'py>, ColOut<'py>, Bound<'py, PyByteArray>,
+                        Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, Bound<'py, PyByteArray>, ColOut<'py>);
 
 fn feature_out(py: Python<'_>, a: Acc) -> PyResult<FeatureOut<'_>> {
-    let out = (a.name.clone(), i64s(py, &a.owners)?, bytearray(py, &a.kind), i64s(py, &a.counts)?,
-               u32s(py, &a.floats)?, i64s(py, &a.ints)?, i64s(py, &a.offsets)?, bytearray(py, &a.data),
-               i64s(py, &a.steps)?);
+    let out = (a.name.clone(), col_out(py, &a.owners, i64s)?, col_out(py, &a.kind, bytearray)?,
+               col_out(py, &a.counts, i64s)?, u32s(py, &a.floats)?, i64s(py, &a.ints)?, i64s(py, &a.offsets)?,
+               bytearray(py, &a.data)?, col_out(py, &a.steps, i64s)?);
     a.give();
     Ok(out)
 }
@@ -592,7 +696,7 @@ pub fn scan_examples<'py>(py: Python<'py>, data: PyBuffer<u8>, bounds: PyBuffer<
     let found = py.detach(|| scan(buf, bounds, features, feature_lists));
     let features = found.features.into_iter().map(|a| feature_out(py, a)).collect::<PyResult<Vec<_>>>()?;
     let lists = found.lists.into_iter().map(|a| feature_out(py, a)).collect::<PyResult<Vec<_>>>()?;
-    Ok((bytearray(py, &found.odd), bytearray(py, &found.has_lists), features, lists))
+    Ok((bytearray(py, &found.odd)?, bytearray(py, &found.has_lists)?, features, lists))
 }
 
 #[cfg(test)]
@@ -628,7 +732,8 @@ mod tests {
         let found = run(&[good.clone(), twice, cut, vec![], vec![0x0A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]]);
         assert_eq!(found.odd, vec![0, 1, 1, 0, 1]);
         let x = &found.features[0];
-        assert_eq!((x.name.as_str(), &x.owners[..], &x.ints[..], &x.counts[..]), ("x", &[0u64][..], &[150u64][..], &[1u64][..]));
+        assert_eq!((x.name.as_str(), x.owners.len(), x.owners.vec.is_none(), &x.ints[..]), ("x", 1, true, &[150u64][..]));
+        assert_eq!((x.counts.first, x.counts.len(), x.kind.first), (1, 1, KIND_INT64));
     }
 
     #[test]

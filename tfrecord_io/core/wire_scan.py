@@ -991,12 +991,23 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
                 {n: ScannedList(*v) for n, v in lists.items()})
 
 
+def _compiled_column(column, dtype) -> np.ndarray:
+    """A column of the compiled scan: (length, items as a bytearray, or the one value they all have,
+    or None for 0, 1, 2...)."""
+    n, items = column
+    if items is None:
+        return np.arange(n, dtype=dtype)
+    if isinstance(items, int):
+        return np.full(n, items, dtype=dtype)
+    return np.frombuffer(items, dtype)
+
+
 def _compiled_values(kind, counts, floats, ints, offsets, data) -> Values:
-    """The :class:`Values` of a feature from the compiled scan's bytearrays (no copy)."""
-    kind = np.frombuffer(kind, np.uint8)
-    m = len(offsets) // 8 - 1
-    return Values(kind, np.frombuffer(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
-                  pa.Array.from_buffers(pa.large_binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+    """The :class:`Values` of a feature from the compiled scan (its bytearrays wrapped, not copied)."""
+    kind = _compiled_column(kind, np.uint8)
+    return Values(kind, _compiled_column(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
+                  pa.Array.from_buffers(pa.large_binary(), len(offsets) // 8 - 1,
+                                        [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
                   np.zeros(len(kind), dtype=bool))
 
 
@@ -1009,9 +1020,9 @@ def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
         wire.buf, wire.bounds, None if features is None else list(features),
         None if feature_lists is None else list(feature_lists))
     return Scan(wire.n, np.frombuffer(odd, bool), np.frombuffer(has_lists, bool),
-                {name: ScannedFeature(np.frombuffer(owners, np.int64), _compiled_values(*values))
+                {name: ScannedFeature(_compiled_column(owners, np.int64), _compiled_values(*values))
                  for name, owners, *values, _ in found},
-                {name: ScannedList(np.frombuffer(owners, np.int64), np.frombuffer(steps, np.int64),
+                {name: ScannedList(_compiled_column(owners, np.int64), _compiled_column(steps, np.int64),
                                    _compiled_values(*values))
                  for name, owners, *values, steps in lists})
 
