@@ -262,10 +262,20 @@ struct Keys<'a> {
     ids: HashMap<&'a [u8], u32>,
     keys: Vec<Key>,
     accs: Vec<Acc>,
-    /// The keys of the previous region in order, and of this one: records from one writer hold
-    /// the same keys in the same order, found by a compare instead of a hash.
-    prev: Vec<(&'a [u8], u32)>,
-    cur: Vec<(&'a [u8], u32)>,
+    /// The entries of the previous region in order, and of this one (their header -- the bytes
+    /// before the value --, key, id and length): records from one writer hold the same keys in the
+    /// same order, most with the same header, known by a compare instead of a parse and a hash.
+    prev: Vec<Cached<'a>>,
+    cur: Vec<Cached<'a>>,
+}
+
+/// An entry as `Keys::entries` remembers it for the next region.
+#[derive(Clone, Copy)]
+struct Cached<'a> {
+    header: &'a [u8],
+    key: &'a [u8],
+    id: u32,
+    len: usize,
 }
 
 impl<'a> Keys<'a> {
@@ -277,13 +287,12 @@ impl<'a> Keys<'a> {
     /// The id of key `key`, the `k`-th of its region.
     #[inline]
     fn id(&mut self, k: usize, key: &'a [u8]) -> u32 {
-        if let Some(&(known, id)) = self.prev.get(k) {
-            if same(known, key) {
-                self.cur.push((key, id));
-                return id;
+        if let Some(c) = self.prev.get(k) {
+            if same(c.key, key) {
+                return c.id;
             }
         }
-        let id = match self.ids.get(key) {
+        match self.ids.get(key) {
             Some(&id) => id,
             None => {
                 let id = self.keys.len() as u32;
@@ -299,15 +308,40 @@ impl<'a> Keys<'a> {
                 self.ids.insert(key, id);
                 id
             }
-        };
-        self.cur.push((key, id));
-        id
+        }
+    }
+
+    /// The entry at `q` (before `e`), the `k`-th of its region: (key id, value start, entry end),
+    /// or None when it is not a well-formed entry.
+    #[inline(always)]
+    fn entry(&mut self, buf: &'a [u8], q: usize, e: usize, k: usize) -> Option<(u32, usize, usize)> {
+        // the previous region's k-th entry had this header: the same entry structure
+        if let Some(&c) = self.prev.get(k) {
+            let be = q + c.len;
+            if be <= e && buf.get(q..q + c.header.len()).is_some_and(|h| same(h, c.header)) {
+                self.cur.push(Cached { header: &buf[q..q + c.header.len()], ..c });
+                return Some((c.id, q + c.header.len(), be));
+            }
+        }
+        // 0A <entry length> 0A <key length> <key> 12 <value length> <value>, nothing else
+        let (bs, be) = ld(buf, q, e)?;
+        let (kl, ks) = if bs < be && buf[bs] == 0x0A { length(buf, bs + 1)? } else { return None };
+        let ke = ks.checked_add(kl).filter(|&ke| ke < be && buf[ke] == 0x12)?;
+        let (vl, vs) = length(buf, ke + 1)?;
+        if vs.checked_add(vl) != Some(be) {
+            return None;
+        }
+        let key = &buf[ks..ke];
+        let id = self.id(k, key);
+        self.cur.push(Cached { header: &buf[q..vs], key, id, len: be - q });
+        Some((id, vs, be))
     }
 
     /// The entries of the map at [s, e) of record `r`: (key id, value start, value end) into
-    /// `out`, each asked key's `Acc` into `touched` (for an undo); false when the region is not canonical (a unit
-    /// that is not a well-formed entry, a key that is not UTF-8 or that comes twice).  As the
-    /// numpy scanner does, the entries are found up to the first unit that is not a field 1.
+    /// `out`, each asked key's `Acc` into `touched` (for an undo); false when the region is not
+    /// canonical (a unit that is not a well-formed entry, a key that is not UTF-8 or that comes
+    /// twice).  As the numpy scanner does, the entries are found up to the first unit that is
+    /// not a field 1 of a length within the region.
     fn entries(&mut self, buf: &'a [u8], s: usize, e: usize, r: usize, out: &mut Vec<(u32, usize, usize)>,
                touched: &mut Vec<usize>) -> bool {
         std::mem::swap(&mut self.prev, &mut self.cur);
@@ -319,40 +353,31 @@ impl<'a> Keys<'a> {
             if buf[q] != 0x0A {
                 return false;
             }
-            let Some((bs, be)) = ld(buf, q, e) else { return false };
-            q = be;
-            // the entry: 0A <key length> <key> 12 <value length> <value>, nothing else
-            let Some((kl, ks)) = (if bs < be && buf[bs] == 0x0A { length(buf, bs + 1) } else { None }) else {
-                ok = false;
-                continue;
-            };
-            let ke = match ks.checked_add(kl) {
-                Some(ke) if ke < be && buf[ke] == 0x12 => ke,
-                _ => {
-                    ok = false;
-                    continue;
-                }
-            };
-            match length(buf, ke + 1) {
-                Some((vl, vs)) if vs.checked_add(vl) == Some(be) => {
-                    let id = self.id(k, &buf[ks..ke]);
-                    k += 1;
-                    let key = &mut self.keys[id as usize];
-                    if !key.utf8 {
-                        ok = false;
+            let Some((id, vs, be)) = self.entry(buf, q, e, k) else {
+                match ld(buf, q, e) {
+                    Some((_, be)) => {
+                        ok = false; // a unit, not an entry: the walk goes on
+                        q = be;
                         continue;
                     }
-                    if key.last == r + 1 {
-                        ok = false; // a key twice: protobuf's last entry wins (the slow path)
-                    }
-                    key.last = r + 1;
-                    if let Some(a) = key.acc {
-                        touched.push(a);
-                    }
-                    out.push((id, vs, be));
+                    None => return false,
                 }
-                _ => ok = false,
+            };
+            q = be;
+            k += 1;
+            let key = &mut self.keys[id as usize];
+            if !key.utf8 {
+                ok = false;
+                continue;
             }
+            if key.last == r + 1 {
+                ok = false; // a key twice: protobuf's last entry wins (the slow path)
+            }
+            key.last = r + 1;
+            if let Some(a) = key.acc {
+                touched.push(a);
+            }
+            out.push((id, vs, be));
         }
         ok
     }
