@@ -47,7 +47,7 @@ fn length(buf: &[u8], p: usize) -> Option<(usize, usize)> {
         let b = *buf.get(p + i)?;
         v |= ((b & 0x7F) as u64) << (7 * i);
         if b < 0x80 {
-            return Some((v as usize, p + i + 1));
+            return Some((usize::try_from(v).ok()?, p + i + 1));
         }
     }
     None
@@ -62,9 +62,10 @@ fn ld(buf: &[u8], p: usize, end: usize) -> Option<(usize, usize)> {
     (b <= end).then_some((a, b))
 }
 
-/// A column that is often one value repeated (every slot's kind; one value per slot; a record
-/// index equal to the slot's, `IDENT`): held as that value and a length until another comes,
-/// which costs no store per slot, and no copy out (Python makes the array).
+/// A column that is most often one value repeated (the kind of every slot, one value per slot)
+/// or, with `ident`, the numbers 0, 1, 2... (the records of a feature every record holds): held
+/// as that and a length until an item breaks the run, which costs no store per slot and no copy
+/// out (Python makes the array).
 struct Col<T: scratch::Pooled + PartialEq> {
     /// The value every item has while `vec` is None (for `ident`: item i is i).
     first: T,
@@ -185,7 +186,7 @@ impl Acc {
 
     /// Room for `n` records like the one held.
     fn reserve(&mut self, n: usize) {
-        const MOST: usize = 64 << 20; // bytes reserved at most, per vector
+        const MOST: usize = 16 << 20; // bytes reserved at most, per vector
         fn room<T>(v: &mut Vec<T>, n: usize) {
             let want = v.len().saturating_mul(n).min(MOST / std::mem::size_of::<T>().max(1));
             v.reserve(want.saturating_sub(v.len()));
@@ -231,8 +232,8 @@ impl Acc {
     }
 }
 
-/// Whether two keys are the same bytes: eight at a time, inline (most keys are short: a call to
-/// memcmp costs more than the compare).
+/// Whether two keys (or entry headers) are the same bytes: eight at a time, inline (most are
+/// short: a call to memcmp costs more than the compare).
 #[inline(always)]
 fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
