@@ -338,3 +338,22 @@ def test_keys_that_differ_in_one_byte_take_the_fast_path_in_both_cores():
     assert not scan.odd.any() and sorted(scan.features) == sorted(n.decode() for n in names)
     if native.active() is not None:
         same_scan(records)
+
+
+@pytest.mark.parametrize("records", [1, 20])
+def test_a_long_length_far_into_a_long_list_is_odd_however_many_records_are_that_long(records):
+    """The numpy scan walks a few long lists to their end one unit at a time: it reads lengths as
+    its lock-step walk does (8 bytes at most; once 10), so the record is odd in both walks -- and
+    in the compiled scan -- whatever else the batch holds."""
+    step = ld(0x0A, floats(1.0))
+    long_step = b"\x0a" + b"\x88" + b"\x80" * 7 + b"\x00" + floats(1.0)  # a length of 8 in 9 bytes
+    assert len(long_step) == len(step) + 8
+
+    def sequence(steps: list[bytes]) -> bytes:
+        return ld(0x12, ld(0x0A, ld(0x0A, b"s") + ld(0x12, b"".join(steps))))
+
+    batch = [sequence([step] * 100)] * (records - 1) + [sequence([step] * 80 + [long_step] + [step] * 19)]
+    with native.pure():
+        assert scan_batch(batch).odd.tolist() == [False] * (records - 1) + [True]
+    if native.active() is not None:
+        assert same_scan(batch)[1][-1]

@@ -181,8 +181,10 @@ class Wire:
 
 
 def _py_varint(raw: bytes, pos: int, end: int) -> tuple[int, int] | None:
+    """(value, position after it) of a length varint at ``pos``: at most 8 bytes, as
+    :meth:`Wire.varint` reads lengths (else None)."""
     result = shift = 0
-    while pos < end and shift < 64:
+    while pos < end and shift < 56:
         b = raw[pos]
         result |= (b & 0x7F) << shift
         pos += 1
