@@ -6,7 +6,8 @@ others are checked by their wire structure, their values never read, because a r
 a valid Example is refused whatever is asked (``tests/test_arrow_decode.py``: a record damaged in a
 feature not asked for).  This decodes the same records of ``conf/taxi.yaml`` (17 features) with all
 of them, 8, 4 and 1, in interleaved rounds, and reports each against decoding all 17 in the same
-round (median).
+round (median) -- on the compiled record core (native/src/scan.rs) and on the numpy one
+(wire_scan.py), interleaved in the same rounds (--core: one of them only).
 
     .venv/bin/python benchmarks/bench_column_pruning.py --rows 200000 --rounds 5
 """
@@ -14,6 +15,8 @@ round (median).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import sys
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tfrecord_io.commands.demo_train import demo_rows, taxi_schema  # noqa: E402
+from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.arrow_decode import decode_batch  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 
@@ -34,23 +38,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batch", type=int, default=8192, help="records per decode call (spark.read's batch)")
+    ap.add_argument("--core", choices=["both", "native", "numpy"], default="both",
+                    help="which record core(s) decode_batch runs on (both: rows for each)")
     args = ap.parse_args(argv)
+    cores = ["native", "numpy"] if args.core == "both" else [args.core]
+    if native.available() is None and "native" in cores:
+        if args.core == "native":
+            ap.error("the compiled core is not built (make check builds it)")
+        cores.remove("native")
     schema = taxi_schema()
     records = encode_examples(demo_rows(0, args.rows, seed=1), schema).to_pylist()
     batches = [records[i:i + args.batch] for i in range(0, len(records), args.batch)]
-    times: dict[str, list[float]] = {k: [] for k in CHOICES}
+    times: dict[tuple[str, str], list[float]] = {(c, k): [] for c in cores for k in CHOICES}
+    before = os.getloadavg()
     for _ in range(args.rounds):
-        for name, features in CHOICES.items():
-            started = time.process_time()
-            for b in batches:
-                decode_batch(b, schema, features=features)
-            times[name].append(time.process_time() - started)
-    base = times["all 17"]
-    print(f"| features decoded | CPU s per {args.rows:,} records (median) | vs all 17, same round (median) |")
-    print("| --- | ---: | ---: |")
-    for name, t in times.items():
+        for core in cores:
+            for name, features in CHOICES.items():
+                with native.pure() if core == "numpy" else contextlib.nullcontext():
+                    started = time.process_time()
+                    for b in batches:
+                        decode_batch(b, schema, features=features)
+                    times[core, name].append(time.process_time() - started)
+    print(f"load average before: {before}, after: {os.getloadavg()}\n")
+    print(f"| core | features decoded | CPU s per {args.rows:,} records (median) | vs all 17, same core and round "
+          f"(median) | {cores[-1]} / {cores[0]}, same round (median) |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for (core, name), t in times.items():
+        base = times[core, "all 17"]
         ratio = statistics.median(b / x for b, x in zip(base, t))
-        print(f"| {name} | {statistics.median(t):.3f} | {ratio:.2f}x faster |")
+        other = statistics.median(o / x for o, x in zip(times[cores[-1], name], times[cores[0], name]))
+        print(f"| {core} | {name} | {statistics.median(t):.3f} | {ratio:.2f}x faster | {other:.2f}x |")
     return 0
 
 

@@ -7,6 +7,8 @@ batches of --batch-records (what a file reader hands over); each path turns a ba
 in memory:
 
     ours:      arrow_decode.decode_batch(records, schema)                  -> Arrow columns
+               on the compiled core (native/src/scan.rs) and on the numpy one (wire_scan.py), the
+               rows "native" and "numpy" (--core: one of them only)
     TF:        tf.io.parse_example(tf.constant(records), spec) + .numpy()  -> numpy arrays
                (spec: RaggedFeature per feature, which reads what ours reads -- any number of
                values, a missing feature -- and FixedLenFeature, make_dataset's for scalars);
@@ -36,6 +38,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from bench_encode import SCHEMA, make_table  # noqa: E402
+from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.arrow_decode import decode_batch  # noqa: E402
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples  # noqa: E402
 from tfrecord_io.core.decode import decode_record  # noqa: E402
@@ -94,7 +97,14 @@ def main() -> None:
     p.add_argument("--batch-records", type=int, default=4096)
     p.add_argument("--slow-records", type=int, default=20_000)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--core", choices=["both", "native", "numpy"], default="both",
+                   help="which record core(s) decode_batch runs on (both: a row each)")
     args = p.parse_args()
+    cores = ["native", "numpy"] if args.core == "both" else [args.core]
+    if native.available() is None and "native" in cores:
+        if args.core == "native":
+            p.error("the compiled core is not built (make check builds it)")
+        cores.remove("native")
 
     table = make_table(args.rows)
     examples = encode_examples(table.combine_chunks().to_batches()[0], SCHEMA).to_pylist()
@@ -105,19 +115,32 @@ def main() -> None:
 
     ex_batches, seq_batches = batched(examples), batched(sequences)
     tf_ragged, tf_fixed, tf_seq = tf_paths()
+    def on(core, run):
+        """``run`` on one record core."""
+        if core == "native":
+            return run
+
+        def pure():
+            with native.pure():
+                run()
+        return pure
+
+    ours_path = f"tfrecord-io decode_batch, {cores[0]}"  # the row the ratios are of
     paths = {
-        ("Example", "tfrecord-io decode_batch"): (len(examples), lambda: [decode_batch(b, SCHEMA) for b in ex_batches]),
+        **{("Example", f"tfrecord-io decode_batch, {c}"): (
+            len(examples), on(c, lambda: [decode_batch(b, SCHEMA) for b in ex_batches])) for c in cores},
         ("Example", "TF parse_example, RaggedFeature"): (len(examples), lambda: tf_ragged(ex_batches)),
         ("Example", "TF parse_example, FixedLenFeature"): (len(examples), lambda: tf_fixed(ex_batches)),
         ("Example", "decode.py decode_record"): (min(args.slow_records, len(examples)),
                                                  lambda: [decode_record(r) for r in examples[:args.slow_records]]),
-        ("SequenceExample", "tfrecord-io decode_batch"): (len(sequences),
-                                                          lambda: [decode_batch(b, SEQ_SCHEMA) for b in seq_batches]),
+        **{("SequenceExample", f"tfrecord-io decode_batch, {c}"): (
+            len(sequences), on(c, lambda: [decode_batch(b, SEQ_SCHEMA) for b in seq_batches])) for c in cores},
         ("SequenceExample", "TF parse_sequence_example, RaggedFeature"): (len(sequences), lambda: tf_seq(seq_batches)),
         ("SequenceExample", "decode.py decode_record"): (
             min(args.slow_records // args.steps, len(sequences)),
             lambda: [decode_record(r) for r in sequences[:args.slow_records // args.steps]]),
     }
+    before = os.getloadavg()
     wall: dict = {k: [] for k in paths}
     cpu: dict = {k: [] for k in paths}
     for r in range(args.rounds + 1):  # round 0: warm-up
@@ -130,10 +153,11 @@ def main() -> None:
     print(f"\nbench_decode on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}): "
           f"{args.rows:,} rows x 17 columns; {len(sequences):,} SequenceExamples of {args.steps} steps; "
           f"batches of {args.batch_records} records; median of {args.rounds} interleaved rounds\n")
+    print(f"ours: decode_batch on the {cores[0]} core; load average before: {before}, after: {os.getloadavg()}\n")
     print("| records | path | records/s | records/s per CPU second | ours / this (wall) | ours / this (CPU) |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for kind in ("Example", "SequenceExample"):
-        ours = (kind, "tfrecord-io decode_batch")
+        ours = (kind, ours_path)
         for key in (k for k in paths if k[0] == kind):
             w, c = statistics.median(wall[key]), statistics.median(cpu[key])
             rw = statistics.median(wall[ours]) / w

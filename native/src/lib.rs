@@ -6,6 +6,7 @@
 //!   crc      masked CRC-32C (TFRecord's checksum)
 //!   framing  framing a batch of records; the header / CRC walk of the readers
 //!   encode   Arrow columns to serialized Example / SequenceExample records
+//!   scan     the protobuf wire scanner: serialized records to their keys, kinds and values
 //!   varint   protobuf varints;  buffers  Python buffers as checked slices;
 //!   scratch  vectors kept from one call to the next
 
@@ -15,6 +16,7 @@ mod buffers;
 mod crc;
 mod encode;
 mod framing;
+mod scan;
 mod scratch;
 mod varint;
 
@@ -26,5 +28,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(framing::scan_records, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_examples, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_sequence_examples, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::scan_examples, m)?)?;
     Ok(())
 }

@@ -1,17 +1,17 @@
 """Serialized ``tf.train.Example`` / ``SequenceExample`` records straight into Arrow columns, vectorized.
 
-The mirror of :mod:`tfrecord_io.core.codec` for reading: a batch of records is scanned by the
-wire scanner (:mod:`tfrecord_io.core.wire_scan`: numpy over the concatenated record bytes -- no
-Python object per record, feature or value) and :func:`decode_batch` turns what it finds into one
-Arrow column per schema feature.  The records the scanner leaves out, those not in the canonical
-layout every protobuf serializer writes, are decoded instead by
+The mirror of :mod:`tfrecord_io.core.codec` for reading: a batch of records is scanned by the wire
+scanner (:mod:`tfrecord_io.core.wire_scan`: numpy over the concatenated record bytes, or its
+compiled equivalent -- no Python object per record, feature or value) and :func:`decode_batch`
+turns what it finds into one Arrow column per schema feature.  The records the scanner leaves out,
+those not in the canonical layout every protobuf serializer writes, are decoded instead by
 :func:`tfrecord_io.core.decode.decode_record`, which applies protobuf's rules (merging, the last
-entry for a key winning) and refuses what is not an Example.  So a record decodes here to
-exactly what ``decode_record`` gives, or fails as it does: the two readers cannot disagree, and
-the slow one only ever runs on the records the fast one cannot take.  Every feature of a record
-is checked, also those not asked for (``features=``): their wire structure only, their values
-never read, so decoding costs a structural check per feature stored and a full parse per feature
-read (column pruning) -- and a record that is not a valid Example is refused whatever is asked.
+entry for a key winning) and refuses what is not an Example.  So a record decodes here to exactly
+what ``decode_record`` gives, or fails as it does: the two readers cannot disagree, and the slow
+one only ever runs on the records the fast one cannot take.  Every feature of a record is checked,
+also those not asked for (``features=``): their wire structure only, their values never read, so
+decoding costs a structural check per feature stored and a full parse per feature read (column
+pruning) -- and a record that is not a valid Example is refused whatever is asked.
 
 What TensorFlow's parser does differently (``tests/test_arrow_decode.py`` pins each case): it
 skips fields these messages do not have and garbage in features it is not asked for (we refuse

@@ -1,9 +1,10 @@
 """Which record core runs: the compiled one (``tfrecord_io.core._native``, Rust) or numpy's.
 
 The hot loops of the format -- framing a batch of records, the header / CRC walk of the readers,
-encoding Arrow batches into Examples and SequenceExamples -- have two implementations: the numpy
-one in :mod:`tfrecord_io.core.framing` and :mod:`tfrecord_io.core.codec` (the reference, and the
-fallback) and the compiled one built from ``native/``.  They give the same bytes and the same
+encoding Arrow batches into Examples and SequenceExamples, the wire scan of the decoder -- have two
+implementations: the numpy one in :mod:`tfrecord_io.core.framing`, :mod:`tfrecord_io.core.codec` and
+:mod:`tfrecord_io.core.wire_scan` (the reference, and the fallback) and the compiled one built from
+``native/``.  They give the same bytes and the same
 errors (``tests/test_native_core.py``).  This module chooses once, at import:
 
 * the compiled core when it imports (an install with a Rust toolchain, or a wheel);

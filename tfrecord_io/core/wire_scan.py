@@ -44,6 +44,9 @@ Every feature of a record is checked.  A reader that asks for some features only
 by their wire structure alone -- tags, wire types, lengths within bounds, the kind field, packed
 lengths, a float payload a multiple of 4 bytes, every varint ended within 10 bytes -- the same
 checks, so the same records are odd, without their values being read.
+
+A compiled equivalent (``native/src/scan.rs``, record by record in Rust) runs instead when the compiled core does
+(:func:`tfrecord_io.core.native.active`); this numpy scan is its reference and fallback (``tests/test_native_scan.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from typing import Collection
 
 import numpy as np
 import pyarrow as pa
+
+from tfrecord_io.core import native
 
 __all__ = ["KIND_BYTES", "KIND_CODE", "KIND_FLOAT", "KIND_INT64", "KIND_NONE", "Scan", "ScannedFeature", "ScannedList",
            "Values", "Wire", "binary_parts", "exclusive_cumsum", "is_utf8", "scan_batch", "scan_wire"]
@@ -115,6 +120,7 @@ class Wire:
         off = np.frombuffer(records.buffers()[1], dtype=np.int64, count=len(records) + 1, offset=records.offset * 8)
         bounds = off[:-1] - off[0]  # the records' bounds, the padding after them
         self.n = len(bounds) - 1
+        self.bounds = bounds  # n + 1: the records' starts, then the first padding byte
         self.starts, self.ends = bounds[:-1], bounds[1:]
         self.limit = int(bounds[-1])  # the first padding byte
         self.arrow = records.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
@@ -175,8 +181,10 @@ class Wire:
 
 
 def _py_varint(raw: bytes, pos: int, end: int) -> tuple[int, int] | None:
+    """(value, position after it) of a length varint at ``pos``: at most 8 bytes, as
+    :meth:`Wire.varint` reads lengths (else None)."""
     result = shift = 0
-    while pos < end and shift < 64:
+    while pos < end and shift < 56:
         b = raw[pos]
         result |= (b & 0x7F) << shift
         pos += 1
@@ -614,11 +622,23 @@ class _Entries:
     bad: np.ndarray
 
 
+def _long_key_codes(wire: Wire, ks: np.ndarray, kl: np.ndarray) -> np.ndarray:
+    """The codes of keys of 8 bytes or more: a hash of all their bytes, eight at a time (every
+    word multiplied in, so keys that differ in one byte only do not share a code), the top byte
+    0xFF (short keys' codes have their length there)."""
+    h = kl.astype(np.uint64) * _U(0xC2B2AE3D27D4EB4F)
+    for at in range(0, int(kl.max()), 8):
+        i = np.flatnonzero(kl > at)
+        word = wire.u64(ks[i] + at) & _BYTE_MASK[np.minimum(kl[i] - at, 8)]
+        h[i] = (h[i] ^ word) * _U(0x9E3779B97F4A7C15)
+    return (h >> _U(8)) | _U(0xFF << 56)
+
+
 class _Keys:
     """The map keys of a batch: each distinct key gets an id (its index in ``names``).
 
     A key is known by a 64-bit code: keys of up to 7 bytes by their bytes and length (exact),
-    longer ones by a hash of their first and last 8 bytes and length, checked byte for byte
+    longer ones by a hash of their bytes (:func:`_long_key_codes`), checked byte for byte
     against the key that first had the code (a collision sends the records to the slow path).
     Keys that are not UTF-8 get the id -1 (the record then goes to the slow path, which names it).
     """
@@ -637,9 +657,7 @@ class _Keys:
         code = w | (np.minimum(kl, 7).astype(np.uint64) << _U(56))
         if not short.all():
             i = np.flatnonzero(~short)
-            tail = wire.u64(ks[i] + kl[i] - 8)
-            h = (w[i] * _U(0x9E3779B97F4A7C15)) ^ (tail * _U(0xC2B2AE3D27D4EB4F)) ^ kl[i].astype(np.uint64)
-            code[i] = (h & _U(0x00FFFFFFFFFFFFFF)) | _U(0xFF << 56)
+            code[i] = _long_key_codes(wire, ks[i], kl[i])
         if not len(self.codes):  # the first entries hold most keys: learn them first
             self._learn(wire, ks, kl, code, np.arange(min(len(code), _SEED_ENTRIES)))
         at = np.searchsorted(self.codes, code)
@@ -782,6 +800,8 @@ def _short_entries(wire: Wire, pos: np.ndarray, ends: np.ndarray, key: bytes):
     masked out and read from the same row.  The row runs 4 bytes past the header: the value's
     first 4 bytes (a ``Feature``'s kind tag and lengths, :func:`_layout`) come with it."""
     kl = len(key)
+    if kl >= 0x80:  # a key length of two bytes or more: not this header
+        return None
     size = -(-(10 + kl) // 8) * 8
     header = (b"\x0a\x00\x0a" + bytes([kl]) + key + b"\x12\x00").ljust(size, b"\x00")  # its lengths 0: masked
     care = (b"\xff\x00" + b"\xff" * (kl + 3) + b"\x00").ljust(size, b"\x00")
@@ -922,6 +942,9 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
               feature_lists: Collection[str] | None = None) -> Scan:
     """:func:`scan_batch` of the records already in a :class:`Wire` (for a reader that goes back to
     the bytes of the records the scan leaves out)."""
+    compiled = native.active()
+    if compiled is not None:
+        return _compiled_scan(compiled, wire, features, feature_lists)
     features = None if features is None else frozenset(features)
     feature_lists = None if feature_lists is None else frozenset(feature_lists)
     ctx_s, ctx_e, lists_s, lists_e, has_lists, odd = _record_regions(wire)
@@ -968,6 +991,42 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
         lists = kept_lists
     return Scan(wire.n, odd, has_lists & ~odd, {n: ScannedFeature(*v) for n, v in found.items()},
                 {n: ScannedList(*v) for n, v in lists.items()})
+
+
+def _compiled_column(column, dtype) -> np.ndarray:
+    """A column of the compiled scan: (length, items as a bytearray, or the one value they all have,
+    or None for 0, 1, 2...)."""
+    n, items = column
+    if items is None:
+        return np.arange(n, dtype=dtype)
+    if isinstance(items, int):
+        return np.full(n, items, dtype=dtype)
+    return np.frombuffer(items, dtype)
+
+
+def _compiled_values(kind, counts, floats, ints, offsets, data) -> Values:
+    """The :class:`Values` of a feature from the compiled scan (its bytearrays wrapped, not copied)."""
+    kind = _compiled_column(kind, np.uint8)
+    return Values(kind, _compiled_column(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
+                  pa.Array.from_buffers(pa.large_binary(), len(offsets) // 8 - 1,
+                                        [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+                  np.zeros(len(kind), dtype=bool))
+
+
+def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
+                   feature_lists: Collection[str] | None) -> Scan:
+    """:func:`scan_wire` by the compiled core (``native/src/scan.rs``): the same records odd, the
+    same features and values (``tests/test_native_scan.py``); the dicts in the order the keys
+    first appear."""
+    odd, has_lists, found, lists = compiled.scan_examples(
+        wire.buf, wire.bounds, None if features is None else list(features),
+        None if feature_lists is None else list(feature_lists))
+    return Scan(wire.n, np.frombuffer(odd, bool), np.frombuffer(has_lists, bool),
+                {name: ScannedFeature(_compiled_column(owners, np.int64), _compiled_values(*values))
+                 for name, owners, *values, _ in found},
+                {name: ScannedList(_compiled_column(owners, np.int64), _compiled_column(steps, np.int64),
+                                   _compiled_values(*values))
+                 for name, owners, *values, steps in lists})
 
 
 def is_utf8(v: bytes) -> bool:
