@@ -1042,6 +1042,25 @@ def iter_record_lengths(fileobj: BinaryIO | str | os.PathLike, *, name: str | No
     return stream(fileobj, label if isinstance(label, str) else "<stream>")
 
 
+def _pieces_crc(pieces: list[bytes], length: int) -> tuple[int, int]:
+    """(stored, computed) masked data CRC of the record framed in ``pieces`` (its header, its data
+    and its data CRC across them), without joining them."""
+    crc, at, tail = 0, 0, []
+    end = HEADER_SIZE + length
+    for p in pieces:
+        lo, hi = max(at, HEADER_SIZE), min(at + len(p), end)
+        if lo < hi:
+            crc = checksum.extend(crc, memoryview(p)[lo - at:hi - at])
+        if at + len(p) > end:
+            tail.append(memoryview(p)[max(end - at, 0):])
+        at += len(p)
+    (stored,) = _U32.unpack(b"".join(tail))
+    return stored, mask_crc(crc)
+
+
+_ALONE = 1 << 16  # a record that straddles reads and has this many bytes or more is a chunk of its own
+
+
 class _Cursor:
     """A stream of byte chunks read from a position on, for the record that straddles two reads:
     :meth:`take` joins only the bytes asked for (never the rest of a chunk)."""
@@ -1055,9 +1074,10 @@ class _Cursor:
     def offset(self) -> int:
         return self.base + self.pos
 
-    def take(self, n: int) -> bytes:
-        """Up to ``n`` bytes from the position on (fewer only at the end of the stream)."""
-        pieces: list[bytes] = []
+    def take(self, n: int, pieces: list[bytes]) -> int:
+        """Append up to ``n`` bytes from the position on to ``pieces`` (fewer only at the end of the
+        stream); returns how many."""
+        want = n
         while n > 0:
             if self.pos == len(self.buf):
                 self.base += len(self.buf)
@@ -1069,11 +1089,11 @@ class _Cursor:
             pieces.append(self.buf if k == len(self.buf) else self.buf[self.pos:self.pos + k])
             self.pos += k
             n -= k
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return want - n
 
 
 def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records: int,
-                  gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, bytes | None]]:
+                  gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
     """The compiled chunk walk: ``core.scan_chunk`` over the whole records of each read; a record
     that straddles two reads is taken apart (:class:`_Cursor`), checked, and put before the next
     chunk's records (``lead``).  Errors are those of :func:`_record_stream`, raised after the
@@ -1112,7 +1132,9 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
             continue  # the chunk is full: more whole records may follow in this read
         # At the position: the end of the read, with part of a record (or none) before the next.
         start = cur.offset()
-        head = cur.take(HEADER_SIZE)
+        pieces: list[bytes] = []
+        cur.take(HEADER_SIZE, pieces)
+        head = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if len(head) < HEADER_SIZE:
             if lead_pos:
                 yield merged(b"", b"", None)
@@ -1125,23 +1147,36 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
             if lead_pos:
                 yield merged(b"", b"", None)
             _check_length_crc(head, 0, length, length_crc, {}, name, start)
-        rest = cur.take(length + FOOTER_SIZE)
-        record = head + rest
-        if len(rest) < length + FOOTER_SIZE:
+        pieces = [head]
+        got = cur.take(length + FOOTER_SIZE, pieces)
+        if got < length + FOOTER_SIZE:
             if lead_pos:
                 yield merged(b"", b"", None)
-            avail = len(record)
+            avail = HEADER_SIZE + got
             if avail < HEADER_SIZE + length:
                 what = f"{length} data bytes, got {avail - HEADER_SIZE}"
             else:
                 what = f"{FOOTER_SIZE}-byte data CRC after {length} data bytes, got {avail - HEADER_SIZE - length}"
             raise CorruptRecordError(name, start, "truncated data", f"expected {what} before end of stream")
-        _, _, data, _, bad = core.scan_chunk(record, 0, verify, start, 1, gather)
-        if bad is not None:
+        if verify:
+            stored, got = _pieces_crc(pieces, length)
+            if got != stored:
+                if lead_pos:
+                    yield merged(b"", b"", None)
+                raise _crc_error(name, start, "data CRC", length, stored, got)
+        if not gather:
+            lead_pos.append(start)
+            lead_len.append(length)
+            if len(lead_pos) == max_records:
+                yield merged(b"", b"", None)
+            continue
+        record = b"".join(pieces)  # the one copy of a record that straddles reads
+        data = memoryview(record)[HEADER_SIZE:HEADER_SIZE + length]
+        if length >= _ALONE:  # a large record: a chunk of its own, its data not copied again
             if lead_pos:
                 yield merged(b"", b"", None)
-            which, offset, length, stored, got = bad
-            raise _crc_error(name, offset, ("length CRC", "data CRC")[which], length, stored, got)
+            yield (np.array([start], dtype=np.int64), np.array([length], dtype=np.int64), data if gather else None)
+            continue
         lead_pos.append(start)
         lead_len.append(length)
         if gather:
@@ -1151,7 +1186,7 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
 
 
 def _pure_chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records: int,
-                       gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, bytes | None]]:
+                       gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
     """The numpy core's chunk walk: :func:`_record_stream`'s records, grouped."""
     broken: list[CorruptRecordError] = []
     records = until_corrupt(_record_stream(chunks, name, verify, True), broken)
@@ -1164,14 +1199,15 @@ def _pure_chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_rec
 
 def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | None = None,
                        compression: str | None = None, verify: bool = True, max_records: int = 4096,
-                       gather: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray, bytes | None]]:
+                       gather: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
     """The records of a TFRecord stream a chunk at a time, without a Python object per record:
     ``(offsets, lengths, data)`` per chunk of at most ``max_records`` (and about one read, 1 MiB,
     of records, or one record), none empty.
 
     ``offsets``: each record's header offset in the uncompressed stream, ``lengths`` its data
     length (int64 arrays); ``data``: the records' data back to back (record i starts at
-    ``lengths[:i].sum()``), or None without ``gather`` (a walk that only checks and counts).
+    ``lengths[:i].sum()``; ``bytes``, or a ``memoryview`` for a large record that straddled reads),
+    or None without ``gather`` (a walk that only checks and counts).
     :func:`chunk_records` makes ``data`` an Arrow array.  Checks and errors are those of
     :func:`iter_records` (``verify``: the data CRCs too); on a damaged record the chunk of the
     records before it is yielded, then :class:`CorruptRecordError` raised.  With the compiled
@@ -1182,7 +1218,7 @@ def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | Non
         raise ValueError(f"max_records must be a positive integer, got {max_records!r}")
     walk = _chunk_stream if native.active() is not None else _pure_chunk_stream
 
-    def stream(f: Any, label: str) -> Iterator[tuple[np.ndarray, np.ndarray, bytes | None]]:
+    def stream(f: Any, label: str) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
         chunks = _raw_chunks(f, label)
         if compression != "none":
             chunks = _inflate(chunks, compression, label)
@@ -1191,7 +1227,7 @@ def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | Non
     if isinstance(fileobj, (str, bytes, os.PathLike)):
         path = os.fsdecode(os.fspath(fileobj))
 
-        def from_path() -> Iterator[tuple[np.ndarray, np.ndarray, bytes | None]]:
+        def from_path() -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
             with open(path, "rb") as f:
                 yield from stream(f, name or path)
 
@@ -1200,7 +1236,7 @@ def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | Non
     return stream(fileobj, label if isinstance(label, str) else "<stream>")
 
 
-def chunk_records(lengths: np.ndarray, data: bytes) -> pa.Array:
+def chunk_records(lengths: np.ndarray, data: Any) -> pa.Array:
     """A chunk's records (:func:`iter_record_chunks`) as an Arrow ``large_binary`` array over ``data`` (no copy)."""
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
