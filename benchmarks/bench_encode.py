@@ -19,7 +19,8 @@ calls), and the write of the framed bytes to the file.
 ``--repeats`` rounds, each round also timing the pure-Python baseline; it prints the medians and
 the median of the per-round ratios.  The compiled core runs twice: fused (``encode_framed``: each
 record encoded straight into the framed stream) and in two passes (``encode_examples``, then
-``write_batch`` frames the records: a second pass and a second copy).  Without ``--cores`` "ours" is whichever core this process
+``write_batch`` frames the records: a second pass and a second copy).
+Without ``--cores`` "ours" is whichever core this process
 selected (``tfrecord-io --version`` says which; ``TFRECORD_IO_PURE=1`` forces numpy).
 """
 
@@ -87,7 +88,6 @@ def stages(table: pa.Table, path: str, batch_rows: int, repeats: int) -> list[tu
 
     encoded = [encode_examples(b, SCHEMA) for b in batches]
     framed = [frame_records(e) for e in encoded]
-    fused = [encode_framed(b, SCHEMA) for b in batches]
     payload = [np.frombuffer(e.buffers()[2], np.uint8) for e in encoded]
     records = [e.to_pylist() for e in encoded]
 

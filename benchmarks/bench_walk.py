@@ -42,8 +42,8 @@ from bench_encode import SCHEMA, make_table  # noqa: E402
 from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 from tfrecord_io.commands import verify  # noqa: E402
-from tfrecord_io.core.framing import (TFRecordWriter, chunk_records, iter_record_chunks, iter_record_lengths,  # noqa: E402
-                                      iter_records)
+from tfrecord_io.core.framing import (  # noqa: E402
+    TFRecordWriter, chunk_records, iter_record_chunks, iter_record_lengths, iter_records)
 from tfrecord_io.core.wire_scan import scan_batch  # noqa: E402
 from tfrecord_io.storage.sources import SourceFile  # noqa: E402
 from tfrecord_io.storage.index import build_index  # noqa: E402
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                             s = timed(fn, path)
                         seconds.setdefault((name, walk, core), []).append(s)
             print(f"  round {r + 1} done", flush=True)
-    print(f"\nbench_walk on {platform.node()}, load average {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} cores, Python {platform.python_version()}), "
+    print(f"\nbench_walk on {platform.node()}, load average {os.getloadavg()[0]:.1f} at the end "
+          f"({os.cpu_count()} cores, Python {platform.python_version()}), "
           f"{args.rounds} interleaved rounds, files in the page cache\n")
     print("| file | walk | core | MB/s (median) | vs reading the bytes (median of round ratios) |")
     print("| --- | --- | --- | ---: | ---: |")

@@ -35,8 +35,8 @@ from record_strategies import (ANY_NAMES, I64_MAX, I64_MIN, batch_of, schema_and
                                sequence_schema_and_groups)
 from tfrecord_io.core import native
 from tfrecord_io.core.codec import encode_examples, encode_framed, encode_sequence_examples
-from tfrecord_io.core.framing import (CorruptRecordError, TFRecordWriter, chunk_records, frame_records, iter_record_chunks,
-                                      iter_record_lengths,
+from tfrecord_io.core.framing import (CorruptRecordError, TFRecordWriter, chunk_records, frame_records,
+                                      iter_record_chunks, iter_record_lengths,
                                       iter_records, read_records)
 from tfrecord_io.core.schema import Feature, Schema
 
@@ -326,7 +326,7 @@ def _chunk_walks(stream: bytes, step: int, compression: str, max_records: int):
 
 
 def _same_as_the_record_walk(chunk_walk, record_walk, gather: bool):
-    """The chunk walk gives the records (offsets, data or lengths) and the error of the record walk, with either core."""
+    """The chunk walk gives the record walk's records (offsets, data or lengths) and error, with either core."""
     items, error = same_outcome(chunk_walk)
     want, want_error = same_outcome(record_walk)
     assert error == want_error

@@ -1175,12 +1175,11 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
         if length >= _ALONE:  # a large record: a chunk of its own, its data not copied again
             if lead_pos:
                 yield merged(b"", b"", None)
-            yield (np.array([start], dtype=np.int64), np.array([length], dtype=np.int64), data if gather else None)
+            yield np.array([start], dtype=np.int64), np.array([length], dtype=np.int64), data
             continue
         lead_pos.append(start)
         lead_len.append(length)
-        if gather:
-            lead_data.append(data)
+        lead_data.append(data)
         if len(lead_pos) == max_records:
             yield merged(b"", b"", None)
 
