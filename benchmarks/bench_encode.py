@@ -3,7 +3,7 @@
 Data: N rows x 17 columns (10 float, 5 int64, 1 string, 1 int64 label), built in memory
 before timing.  Both paths write an uncompressed TFRecord file to local disk.
 
-    ours:      encode_examples(Arrow batch) -> TFRecordWriter.write_batch
+    ours:      encode_framed(Arrow batch) -> TFRecordWriter.write_batch (what the writers run)
     baseline:  tf.train.Example per row -> SerializeToString -> tf.io.TFRecordWriter.write
 
 The baseline runs on the first --baseline-rows rows (it is slow); both are reported as
@@ -17,7 +17,10 @@ calls), and the write of the framed bytes to the file.
 ``--cores`` runs the path with each record core in the same run (issue #30): the compiled one
 (``tfrecord_io.core._native``) and the numpy one (``tfrecord_io.core.native.pure()``), alternating,
 ``--repeats`` rounds, each round also timing the pure-Python baseline; it prints the medians and
-the median of the per-round ratios.  Without ``--cores`` "ours" is whichever core this process
+the median of the per-round ratios.  The compiled core runs twice: fused (``encode_framed``: each
+record encoded straight into the framed stream) and in two passes (``encode_examples``, then
+``write_batch`` frames the records: a second pass and a second copy).
+Without ``--cores`` "ours" is whichever core this process
 selected (``tfrecord-io --version`` says which; ``TFRECORD_IO_PURE=1`` forces numpy).
 """
 
@@ -36,7 +39,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from tfrecord_io.core import native  # noqa: E402
-from tfrecord_io.core.codec import encode_examples  # noqa: E402
+from tfrecord_io.core.codec import encode_examples, encode_framed  # noqa: E402
 from tfrecord_io.core.framing import TFRecordWriter  # noqa: E402
 from tfrecord_io.core.schema import Schema  # noqa: E402
 from tfrecord_io.engines.loader import parse_spec
@@ -58,11 +61,12 @@ def make_table(rows: int, seed: int = 0) -> pa.Table:
     return pa.table(cols)
 
 
-def run_ours(table: pa.Table, path: str, batch_rows: int) -> float:
+def run_ours(table: pa.Table, path: str, batch_rows: int, fused: bool = True) -> float:
+    encode = encode_framed if fused else encode_examples
     t0 = time.perf_counter()
     with open(path, "wb") as f, TFRecordWriter(f) as w:
         for batch in table.to_batches(max_chunksize=batch_rows):
-            w.write_batch(encode_examples(batch, SCHEMA))
+            w.write_batch(encode(batch, SCHEMA))
     return time.perf_counter() - t0
 
 
@@ -93,6 +97,8 @@ def stages(table: pa.Table, path: str, batch_rows: int, repeats: int) -> list[tu
                 f.write(data)
 
     return [
+        ("encode_framed (Arrow columns -> framed Examples, one pass)",
+         best(lambda: [next(encode_framed(b, SCHEMA).parts()) for b in batches])),
         ("encode_examples (Arrow columns -> serialized Examples)", best(lambda: [encode_examples(b, SCHEMA)
                                                                               for b in batches])),
         ("frame_records (lengths, CRC32Cs, headers and footers)", best(lambda: [frame_records(e) for e in encoded])),
@@ -140,17 +146,18 @@ def compare_cores(table: pa.Table, base_rows: list[dict], d: str, args) -> None:
         raise SystemExit("--cores: the compiled record core is not built (make check / pip install -e . with Rust)")
     import tensorflow  # noqa: F401  (imported before the rounds: its start-up is no round's CPU time)
 
-    paths = {k: os.path.join(d, f"{k}.tfrecord") for k in ("native", "numpy", "python")}
-    rates: dict[str, list[float]] = {"native": [], "numpy": [], "python": []}
-    cpu_rates: dict[str, list[float]] = {"native": [], "numpy": [], "python": []}  # records per CPU second
+    keys = ("native", "native2", "numpy", "python")
+    paths = {k: os.path.join(d, f"{k}.tfrecord") for k in keys}
+    rates: dict[str, list[float]] = {k: [] for k in keys}
+    cpu_rates: dict[str, list[float]] = {k: [] for k in keys}  # records per CPU second
     for r in range(args.repeats):
-        for core in (("native", "numpy") if r % 2 == 0 else ("numpy", "native")):
+        for core in (("native", "native2", "numpy") if r % 2 == 0 else ("numpy", "native2", "native")):
             cpu = time.process_time()
             if core == "numpy":
                 with native.pure():
                     seconds = run_ours(table, paths[core], args.batch_rows)
             else:
-                seconds = run_ours(table, paths[core], args.batch_rows)
+                seconds = run_ours(table, paths[core], args.batch_rows, fused=core == "native")
             cpu_rates[core].append(args.rows / (time.process_time() - cpu))
             rates[core].append(args.rows / seconds)
         cpu = time.process_time()
@@ -158,8 +165,8 @@ def compare_cores(table: pa.Table, base_rows: list[dict], d: str, args) -> None:
         cpu_rates["python"].append(args.baseline_rows / (time.process_time() - cpu))
         print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s ({cpu_rates[k][-1]:,.0f}/CPU-s)"
                                                for k, v in rates.items()), flush=True)
-    with open(paths["native"], "rb") as a, open(paths["numpy"], "rb") as b:
-        identical = a.read() == b.read()
+    with open(paths["native"], "rb") as a, open(paths["native2"], "rb") as b, open(paths["numpy"], "rb") as c:
+        identical = a.read() == b.read() == c.read()
     ok = same_content(paths["native"], paths["python"], min(1000, args.baseline_rows))
 
     def ratio(a: str, b: str, of=rates) -> float:
@@ -167,17 +174,19 @@ def compare_cores(table: pa.Table, base_rows: list[dict], d: str, args) -> None:
 
     print(f"\nbench_encode --cores on {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}), "
           f"{args.rows:,} rows x 17 columns, batches of {args.batch_rows}; {args.repeats} interleaved rounds")
-    print(f"native and numpy files byte-identical: {identical}; same values as the baseline: {ok}\n")
+    print(f"native (both) and numpy files byte-identical: {identical}; same values as the baseline: {ok}\n")
     print("| path | records/s, wall (median) | vs pure Python | records per CPU second (median) | vs pure Python |")
     print("| --- | ---: | ---: | ---: | ---: |")
     names = {"python": f"pure Python (tf.train.Example + tf.io.TFRecordWriter), {args.baseline_rows:,} rows",
-             "numpy": "numpy core: encode_examples + TFRecordWriter",
-             "native": "compiled core (Rust): encode_examples + TFRecordWriter"}
+             "numpy": "numpy core: encode_framed (encode, then frame) + TFRecordWriter",
+             "native2": "compiled core (Rust), two passes: encode_examples, then TFRecordWriter frames",
+             "native": "compiled core (Rust), fused: encode_framed + TFRecordWriter"}
     for k, name in names.items():
         print(f"| {name} | {statistics.median(rates[k]):,.0f} | {ratio(k, 'python'):.1f}x "
               f"| {statistics.median(cpu_rates[k]):,.0f} | {ratio(k, 'python', cpu_rates):.1f}x |")
-    print(f"\ncompiled / numpy: {ratio('native', 'numpy'):.2f}x wall, {ratio('native', 'numpy', cpu_rates):.2f}x CPU "
-          "(medians of the round ratios)")
+    print(f"\ncompiled (fused) / numpy: {ratio('native', 'numpy'):.2f}x wall, "
+          f"{ratio('native', 'numpy', cpu_rates):.2f}x CPU; fused / two passes: {ratio('native', 'native2'):.2f}x wall, "
+          f"{ratio('native', 'native2', cpu_rates):.2f}x CPU (medians of the round ratios)")
     if not (identical and ok):
         raise SystemExit("the paths wrote different bytes or values")
 
@@ -215,7 +224,7 @@ def main() -> None:
     print("| --- | ---: | ---: |")
     print(f"| pure Python (tf.train.Example + tf.io.TFRecordWriter), {args.baseline_rows:,} rows "
           f"| {base_rate:,.0f} | 1.0x |")
-    print(f"| tfrecord-io encode_examples + TFRecordWriter | {ours_rate:,.0f} | {ours_rate / base_rate:.1f}x |")
+    print(f"| tfrecord-io encode_framed + TFRecordWriter | {ours_rate:,.0f} | {ours_rate / base_rate:.1f}x |")
     if split:
         print(f"\nStages of ours alone, {args.rows:,} records, best of {args.repeats} (CPU seconds of one thread):\n")
         print("| stage | CPU s | records/s |")

@@ -7,8 +7,16 @@ the converter's output) and bench_index's file of mixed record sizes (a few KiB,
 * the floor: reading the file's bytes in 1 MiB reads, as the walks read it;
 * ``iter_record_lengths``: the header walk of ``tfrecord-io index`` (length CRCs checked);
 * ``storage.index.build_index``: ``tfrecord-io index`` itself (the walk, then the index file);
-* ``iter_records(verify=True)``: the CRC walk of ``tfrecord-io verify`` (both CRCs of every record,
-  each record's bytes handed on; verify's schema checks of the records come on top);
+* ``iter_records(verify=True)``: the record-at-a-time CRC walk (both CRCs of every record, each
+  record's bytes handed on as an object);
+* ``iter_record_chunks(gather=False)``: verify's CRC walk -- both CRCs and every length checked a
+  read at a time, offsets handed back, no object per record (``tfrecord-io verify`` without a schema);
+* ``iter_record_chunks`` + ``chunk_records``: the same, each chunk's records gathered into one
+  buffer as an Arrow array -- what verify's schema check is handed;
+* ``tfrecord-io verify``'s work on the file (``verify._verify_file`` with bench_encode's schema, in
+  this process): the read above, the file's CRC-32C, and the vectorized decoder's check of every
+  record against the schema (``wire_scan.scan_batch``) -- its parts are the rows above and
+  ``scan_batch`` over the chunks alone (timed with both cores' walk; the decoder is the same);
 
 with the compiled record core and with the numpy one (``native.pure()``).  Prints the median
 MB/s of each and its median ratio to the floor of the same round.
@@ -33,7 +41,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_encode import SCHEMA, make_table  # noqa: E402
 from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
-from tfrecord_io.core.framing import TFRecordWriter, iter_record_lengths, iter_records  # noqa: E402
+from tfrecord_io.commands import verify  # noqa: E402
+from tfrecord_io.core.framing import (  # noqa: E402
+    TFRecordWriter, chunk_records, iter_record_chunks, iter_record_lengths, iter_records)
+from tfrecord_io.core.wire_scan import scan_batch  # noqa: E402
+from tfrecord_io.storage.sources import SourceFile  # noqa: E402
 from tfrecord_io.storage.index import build_index  # noqa: E402
 
 
@@ -74,8 +86,40 @@ def verify_walk(path: str) -> None:
         pass
 
 
+def chunk_walk(path: str) -> None:
+    for _ in iter_record_chunks(path, gather=False):
+        pass
+
+
+def chunk_read(path: str) -> None:
+    for _, lens, data in iter_record_chunks(path):
+        chunk_records(lens, data)
+
+
+_CHUNKS: dict[str, list] = {}
+
+
+def decoder_only(path: str) -> None:
+    """scan_batch over the file's chunks, read beforehand (the decoder's part of verify alone)."""
+    if path not in _CHUNKS:
+        _CHUNKS[path] = [chunk_records(lens, data) for _, lens, data in iter_record_chunks(path)]
+    for chunk in _CHUNKS[path]:
+        scan_batch(chunk)
+
+
+def verify_file(path: str) -> None:
+    found = verify._verify_file(SourceFile(path, os.path.basename(path), "none"), SCHEMA, None)
+    if found.problem_count or not found.framing_ok:
+        raise SystemExit(f"verify found problems in {path}: {found.problems[:3]}")
+
+
 WALKS = {"read the bytes (floor)": read_bytes, "iter_record_lengths (index's walk)": lengths,
-         "tfrecord-io index (build_index)": index, "iter_records, verify=True (verify's CRC walk)": verify_walk}
+         "tfrecord-io index (build_index)": index, "iter_records, verify=True (record at a time)": verify_walk,
+         "iter_record_chunks, gather=False (verify's CRC walk)": chunk_walk,
+         "iter_record_chunks + chunk_records (verify's read)": chunk_read,
+         "scan_batch over the chunks (verify's decoder alone)": decoder_only,
+         "verify._verify_file with the schema (verify's work)": verify_file}
+SMALL_ONLY = {decoder_only, verify_file}  # the schema is bench_encode's: the mixed file's records are not Examples
 
 
 def timed(fn, path: str) -> float:
@@ -104,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, path in files.items():
                 read_bytes(path)  # into the page cache
                 for walk, fn in (WALKS.items() if r % 2 == 0 else reversed(WALKS.items())):
+                    if fn in SMALL_ONLY and path != paths[0]:
+                        continue
                     cores = ("native", "numpy") if fn is not read_bytes else ("-",)
                     for core in (cores if r % 2 == 0 else tuple(reversed(cores))):
                         if core == "numpy":
@@ -113,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                             s = timed(fn, path)
                         seconds.setdefault((name, walk, core), []).append(s)
             print(f"  round {r + 1} done", flush=True)
-    print(f"\nbench_walk on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}), "
+    print(f"\nbench_walk on {platform.node()}, load average {os.getloadavg()[0]:.1f} at the end "
+          f"({os.cpu_count()} cores, Python {platform.python_version()}), "
           f"{args.rounds} interleaved rounds, files in the page cache\n")
     print("| file | walk | core | MB/s (median) | vs reading the bytes (median of round ratios) |")
     print("| --- | --- | --- | ---: | ---: |")

@@ -34,8 +34,9 @@ from helpers import REPO, VENV_BIN, examples
 from record_strategies import (ANY_NAMES, I64_MAX, I64_MIN, batch_of, schema_and_rows, schema_of, sequence_batch,
                                sequence_schema_and_groups)
 from tfrecord_io.core import native
-from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
-from tfrecord_io.core.framing import (CorruptRecordError, TFRecordWriter, frame_records, iter_record_lengths,
+from tfrecord_io.core.codec import encode_examples, encode_framed, encode_sequence_examples
+from tfrecord_io.core.framing import (CorruptRecordError, TFRecordWriter, chunk_records, frame_records,
+                                      iter_record_chunks, iter_record_lengths,
                                       iter_records, read_records)
 from tfrecord_io.core.schema import Feature, Schema
 
@@ -304,6 +305,70 @@ def _walks(stream: bytes, step: int, compression: str):
             lambda: iter_record_lengths(Trickle(data, step), compression=compression, per=3)]
 
 
+def _records_of_chunks(chunks, gather: bool = True):
+    """The chunk walk's records one at a time: (offset, data) (gathered) or (offset, length)."""
+    for offsets, lengths, data in chunks:
+        assert len(offsets) == len(lengths) > 0  # no chunk is empty
+        records = chunk_records(lengths, data).to_pylist() if gather else lengths.tolist()
+        yield from zip(offsets.tolist(), records)
+
+
+def _chunk_walks(stream: bytes, step: int, compression: str, max_records: int):
+    """verify's chunk walk over ``stream`` (records one at a time): (with data CRCs, gathered and not;
+    without data CRCs)."""
+    data = {"none": stream, "gzip": gzip.compress(stream, mtime=0), "zlib": zlib.compress(stream)}[compression]
+
+    def walk(verify: bool, gather: bool):
+        return lambda: _records_of_chunks(iter_record_chunks(Trickle(data, step), compression=compression,
+                                                             verify=verify, gather=gather,
+                                                             max_records=max_records), gather)
+    return [walk(True, True), walk(True, False)], [walk(False, True), walk(False, False)]
+
+
+def _same_as_the_record_walk(chunk_walk, record_walk, gather: bool):
+    """The chunk walk gives the record walk's records (offsets, data or lengths) and error, with either core."""
+    items, error = same_outcome(chunk_walk)
+    want, want_error = same_outcome(record_walk)
+    assert error == want_error
+    assert items == [(o, d if gather else len(d)) for o, d in want]
+    return error
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=2000), max_size=40), st.sampled_from(["flip", "truncate", "none"]),
+       st.integers(0, 10**6), st.integers(0, 7), st.sampled_from([1, 5, 12, 16, 100, 1000, 1 << 20]),
+       st.sampled_from(["none", "none", "gzip"]), st.sampled_from([1, 2, 3, 4096]))
+def test_the_chunk_walk_gives_the_record_walks_records_and_errors(records, kind, at, bit, step, compression,
+                                                                  max_records):
+    _require_compiled()
+    stream = frame_records(records) if records else b""
+    stream = _damage(stream, kind, at, bit) if stream else stream
+    data = {"none": stream, "gzip": gzip.compress(stream, mtime=0), "zlib": zlib.compress(stream)}[compression]
+    verified, unverified = _chunk_walks(stream, step, compression, max_records)
+    for walks, verify in ((verified, True), (unverified, False)):
+        record_walk = lambda: iter_records(Trickle(data, step), compression=compression, verify=verify)  # noqa: E731
+        for walk, gather in zip(walks, (True, False)):
+            _same_as_the_record_walk(walk, record_walk, gather)
+
+
+def test_the_chunk_walk_of_large_records_that_straddle_reads(compiled):
+    """Records larger than a read (and than the size above which one is a chunk of its own), between small ones."""
+    rng = np.random.default_rng(5)
+    records = [rng.bytes(n) for n in (10, 70_000, 3, 0, 1_500_000, 20, 65_536, 65_535, 9)]
+    stream = frame_records(records)
+    for step in (1000, 1 << 16, 1 << 20):
+        for max_records in (1, 2, 4096):
+            verified, unverified = _chunk_walks(stream, step, "none", max_records)
+            for walk in verified + unverified:
+                assert same_outcome(walk)[1] is None
+            items, _ = same_outcome(verified[0])
+            assert [d for _, d in items] == records
+    for at in (12 + 5, 16 + 10 + 12 + 69_999, len(stream) - 30, len(stream) - 1_000_000):
+        damaged = _damage(stream, "flip", at, 2)
+        for walk in _chunk_walks(damaged, 1 << 16, "none", 4096)[0]:
+            assert same_outcome(walk)[1] is not None
+
+
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), min_size=1, max_size=12), st.sampled_from(["flip", "truncate", "none"]),
        st.integers(0, 10**6), st.integers(0, 7), st.sampled_from([1, 5, 12, 16, 100, 1 << 20]),
@@ -327,6 +392,9 @@ def test_huge_length_fields_fail_the_same_way(records, which, length, good_crc, 
     assert same_outcome(verified)[1] is not None  # a CRC, or the stream's end, catches it
     for walk in unverified:  # the length may happen to span whole records: no error without data CRCs
         same_outcome(walk)
+    chunk_verified, chunk_unverified = _chunk_walks(stream, step, "none", 3)
+    for walk, gather in zip(chunk_verified, (True, False)):
+        assert _same_as_the_record_walk(walk, verified, gather) is not None
 
 
 def test_each_crc_byte_flipped_in_turn(compiled):
@@ -338,6 +406,11 @@ def test_each_crc_byte_flipped_in_turn(compiled):
         assert error is not None, at  # every bit of a framed stream is covered by a CRC
         for walk in unverified:  # data CRCs unchecked: an error only when the header is hit
             assert (same_outcome(walk)[1] is not None) == (at in headers), at
+        chunk_verified, chunk_unverified = _chunk_walks(_damage(stream, "flip", at, 3), 1 << 20, "none", 4096)
+        for walk, gather in zip(chunk_verified, (True, False)):
+            assert _same_as_the_record_walk(walk, verified, gather) == error, at
+        for walk in chunk_unverified:
+            assert (same_outcome(walk)[1] is not None) == (at in headers), at
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +419,26 @@ def test_each_crc_byte_flipped_in_turn(compiled):
 def _same_records(fn, batch, schema):
     got, want = both(fn, batch, schema)
     assert got.type == want.type and got.to_pylist() == want.to_pylist()
+    _same_framed(batch, schema, want)
     return got
+
+
+def _framed(batch, schema) -> tuple[bytes, list[int]]:
+    """encode_framed's stream, and the record lengths its parts carry."""
+    batch_ = encode_framed(batch, schema)
+    parts = list(batch_.parts())
+    return b"".join(bytes(p) for _, p in parts), [n for lengths, _ in parts for n in lengths.tolist()], len(batch_)
+
+
+def _same_framed(batch, schema, records: pa.Array):
+    """The fused path (each record encoded into its framed place) writes the numpy core's records, framed."""
+    got, want = both(_framed, batch, schema)
+    lengths = [len(r) for r in records.to_pylist()]
+    assert got == want == (frame_records(records), lengths, len(lengths))
+    buf = io.BytesIO()
+    with TFRecordWriter(buf) as w:
+        assert w.write_batch(encode_framed(batch, schema)) == len(lengths)
+    assert buf.getvalue() == got[0]
 
 
 def _same_records_whole_and_sliced(fn, batch, schema):
@@ -427,6 +519,9 @@ def test_bad_rows_raise_the_same_errors(compiled):
         with native.pure():
             want = outcome(lambda: [encode_examples(batch, schema)])
         assert got == want and got[1] is not None
+        assert outcome(lambda: [encode_framed(batch, schema)])[1] == got[1]
+        with native.pure():
+            assert outcome(lambda: [encode_framed(batch, schema)])[1] == got[1]
 
 
 def test_the_encoder_refuses_inconsistent_columns_with_a_value_error(compiled):

@@ -20,6 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{check_offsets, slice};
+use crate::crc::{masked_crc32c, masked_crc32c_u64};
+use crate::framing::{FOOTER, HEADER};
 use crate::scratch::{give, take, take_empty};
 use crate::varint;
 
@@ -73,7 +75,7 @@ struct Column<'a> {
 }
 
 #[inline]
-fn framed(len: u64) -> u64 {
+fn framed_len(len: u64) -> u64 {
     1 + varint::size(len) as u64 + len
 }
 
@@ -166,7 +168,7 @@ impl<'a> Column<'a> {
     /// Length of element i's Feature message (0 when it is absent).
     #[inline]
     fn feature_len(&self, i: usize) -> u64 {
-        if self.is_present(i) { framed(self.list_len_at(i)) } else { 0 }
+        if self.is_present(i) { framed_len(self.list_len_at(i)) } else { 0 }
     }
 
     /// The length of element i's list message (a packed float: tag, length 4, the float).
@@ -206,14 +208,14 @@ impl<'a> Column<'a> {
         match self.kind {
             Kind::Float => {
                 let p = 4 * (b - a) as u64;
-                (p, if b > a { framed(p) } else { 0 })
+                (p, if b > a { framed_len(p) } else { 0 })
             }
             Kind::Int => {
                 let p: u64 = self.ints[a..b].iter().map(|&v| varint::size(v as u64) as u64).sum();
-                (p, if b > a { framed(p) } else { 0 })
+                (p, if b > a { framed_len(p) } else { 0 })
             }
             Kind::Bytes => {
-                let p: u64 = (a..b).map(|k| framed((self.ints[k + 1] - self.ints[k]) as u64)).sum();
+                let p: u64 = (a..b).map(|k| framed_len((self.ints[k + 1] - self.ints[k]) as u64)).sum();
                 (p, p)
             }
         }
@@ -319,7 +321,7 @@ impl<'a> Steps<'a> {
                                                      steps.n)));
         }
         let list_len = (0..groups)
-            .map(|g| (ends[g]..ends[g + 1]).map(|s| framed(steps.feature_len(s))).sum())
+            .map(|g| (ends[g]..ends[g + 1]).map(|s| framed_len(steps.feature_len(s))).sum())
             .collect();
         Ok(Steps { present, ends, steps, list_len })
     }
@@ -385,13 +387,13 @@ impl<'a> Entry<'a> {
         let stride = (key.len() + 43).max(WIDE); // 0x0a, 2 varints, the key, a tag, 2 varints, a tag
         let cached = if matches!(value, Value::Feature(_)) { CACHED } else { 0 };
         let (value_len, constant) = match &value {
-            Value::Feature(c) if c.shape == Shape::FloatScalar => (Vec::new(), Some(framed(c.list_len_at(0)))),
+            Value::Feature(c) if c.shape == Shape::FloatScalar => (Vec::new(), Some(framed_len(c.list_len_at(0)))),
             Value::Feature(c) if c.shape == Shape::IntScalar => {
-                let v = (0..c.n).map(|i| framed(c.list_len_at(i)));
+                let v = (0..c.n).map(|i| framed_len(c.list_len_at(i)));
                 (lens_or_absent(v, None, c.n), None)
             }
             Value::Feature(c) => {
-                (lens_or_absent(c.list_len.iter().map(|&l| framed(l)), c.present, c.list_len.len()), None)
+                (lens_or_absent(c.list_len.iter().map(|&l| framed_len(l)), c.present, c.list_len.len()), None)
             }
             Value::List(s) => (lens_or_absent(s.list_len.iter().copied(), s.present, s.list_len.len()), None),
         };
@@ -484,13 +486,13 @@ fn body_lens(entries: &[Entry], n: usize) -> Vec<u64> {
     let mut body = take(n);
     for e in entries {
         if let Some((v, _, _)) = e.constant {
-            let total = framed(e.entry_len(v));
+            let total = framed_len(e.entry_len(v));
             body.iter_mut().for_each(|b| *b += total);
             continue;
         }
         for (b, &v) in body.iter_mut().zip(&e.value_len) {
             if v != ABSENT {
-                *b += framed(e.entry_len(v));
+                *b += framed_len(e.entry_len(v));
             }
         }
     }
@@ -505,22 +507,43 @@ fn write_body(entries: &mut [Entry], r: usize, out: &mut [u8], mut at: usize) ->
 }
 
 /// The records: one message per row of `n`, made of an optional `Features` (field 1) and, for
-/// SequenceExamples, a `FeatureLists` (field 2).  Returns (offsets as int64 bytes, data).
-fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, mut lists: Option<&mut [Entry]>)
-    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+/// SequenceExamples, a `FeatureLists` (field 2).
+///
+/// Returns `(offsets, data)`: `offsets` (n + 1, int64 bytes) of each record in `data`.  With
+/// `framed`, `data` is the TFRecord stream of the records instead (each one as
+/// `frame` writes it: `u64 length | u32 masked_crc(length) | record | u32 masked_crc(record)`,
+/// encoded straight into its place in the stream, its CRC taken while its bytes are in cache)
+/// and the first value is the n record lengths (int64 bytes), what a record index needs.
+fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, mut lists: Option<&mut [Entry]>,
+                framed: bool) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let f_lens = features.as_deref().map(|e| body_lens(e, n));
     let l_lens = lists.as_deref().map(|e| body_lens(e, n));
     let mut offsets: Vec<u8> = take_empty(8 * (n + 1));
     let mut total = 0u64;
-    offsets.extend_from_slice(&0i64.to_le_bytes());
+    if !framed {
+        offsets.extend_from_slice(&0i64.to_le_bytes());
+    }
     for r in 0..n {
-        total += f_lens.as_ref().map_or(0, |b| framed(b[r])) + l_lens.as_ref().map_or(0, |b| framed(b[r]));
-        offsets.extend_from_slice(&(total as i64).to_le_bytes());
+        let len = f_lens.as_ref().map_or(0, |b| framed_len(b[r])) + l_lens.as_ref().map_or(0, |b| framed_len(b[r]));
+        if framed {
+            offsets.extend_from_slice(&(len as i64).to_le_bytes());
+            total += len + (HEADER + FOOTER) as u64;
+        } else {
+            total += len;
+            offsets.extend_from_slice(&(total as i64).to_le_bytes());
+        }
     }
     let data = PyBytes::new_with(py, total as usize, |out| {
         let mut at = 0;
         for r in 0..n {
             let (f, l) = (f_lens.as_ref().map(|b| &b[r]), l_lens.as_ref().map(|b| &b[r]));
+            if framed {
+                let len = u64::from_le_bytes(offsets[8 * r..8 * r + 8].try_into().unwrap());
+                out[at..at + 8].copy_from_slice(&len.to_le_bytes());
+                out[at + 8..at + HEADER].copy_from_slice(&masked_crc32c_u64(len).to_le_bytes());
+                at += HEADER;
+            }
+            let body = at;
             if let (Some(len), Some(entries)) = (f, features.as_deref_mut()) {
                 out[at] = 0x0a;
                 at = varint::put(out, at + 1, *len);
@@ -530,6 +553,12 @@ fn records<'py>(py: Python<'py>, n: usize, mut features: Option<&mut [Entry]>, m
                 out[at] = 0x12;
                 at = varint::put(out, at + 1, *len);
                 at = write_body(entries, r, out, at);
+            }
+            if framed {
+                debug_assert_eq!((at - body) as u64, u64::from_le_bytes(offsets[8 * r..8 * r + 8].try_into().unwrap()));
+                let crc = masked_crc32c(&out[body..at]);
+                out[at..at + FOOTER].copy_from_slice(&crc.to_le_bytes());
+                at += FOOTER;
             }
         }
         debug_assert_eq!(at as u64, total);
@@ -556,22 +585,25 @@ fn feature_entries<'a>(args: &'a [(Vec<u8>, ColumnArgs)], n: usize, what: &str) 
 
 /// Serialized `tf.train.Example`s of `n` rows: `features` are (map entry key part, column), in
 /// the order the entries are written.
+/// With `framed`, the TFRecord stream of those records and their lengths (see `records`).
 #[pyfunction]
-pub fn encode_examples<'py>(py: Python<'py>, n: usize, features: Vec<(Vec<u8>, ColumnArgs)>)
+#[pyo3(signature = (n, features, framed = false))]
+pub fn encode_examples<'py>(py: Python<'py>, n: usize, features: Vec<(Vec<u8>, ColumnArgs)>, framed: bool)
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let mut entries = feature_entries(&features, n, "example")?;
-    records(py, n, Some(&mut entries), None)
+    records(py, n, Some(&mut entries), None, framed)
 }
 
 /// One sequence feature: (map entry key part, group presence, steps per group, steps column).
 pub type SequenceArgs = (Vec<u8>, Option<PyBuffer<u8>>, PyBuffer<i64>, ColumnArgs);
 
 /// Serialized `tf.train.SequenceExample`s of `n` groups: `context` as for `encode_examples`
-/// (None: no context message at all), `sequence` one FeatureList map entry per feature.
+/// (None: no context message at all), `sequence` one FeatureList map entry per feature; `framed`
+/// as for `encode_examples`.
 #[pyfunction]
-#[pyo3(signature = (n, context, sequence))]
+#[pyo3(signature = (n, context, sequence, framed = false))]
 pub fn encode_sequence_examples<'py>(py: Python<'py>, n: usize, context: Option<Vec<(Vec<u8>, ColumnArgs)>>,
-                                     sequence: Vec<SequenceArgs>)
+                                     sequence: Vec<SequenceArgs>, framed: bool)
     -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let mut ctx = match &context {
         Some(c) => Some(feature_entries(c, n, "context")?),
@@ -585,5 +617,5 @@ pub fn encode_sequence_examples<'py>(py: Python<'py>, n: usize, context: Option<
             Ok(Entry::new(key, Value::List(Steps::new(n, present, counts, steps, &where_)?)))
         })
         .collect::<PyResult<Vec<_>>>()?;
-    records(py, n, ctx.as_deref_mut(), Some(&mut lists))
+    records(py, n, ctx.as_deref_mut(), Some(&mut lists), framed)
 }

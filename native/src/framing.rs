@@ -12,10 +12,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::buffers::{check_offsets, slice};
-use crate::crc::{masked_crc32c, masked_crc32c_u64};
+use crate::crc::{masked_crc32c, masked_crc32c_u64, masked_crcs};
 
-const HEADER: usize = 12;
-const FOOTER: usize = 4;
+/// Bytes of a record's header (length, masked CRC of the length) and footer (masked CRC of the data).
+pub const HEADER: usize = 12;
+pub const FOOTER: usize = 4;
 
 /// Write one framed record at `out[at..]`; returns the position after it.
 #[inline]
@@ -149,4 +150,96 @@ pub fn scan_records<'py>(py: Python<'py>, buf: Bound<'py, PyBytes>, pos: usize, 
         at = end;
     }
     Ok((positions, datas, at, bad))
+}
+
+/// Walk the whole records of `buf` from `pos`, up to `limit` of them, without handing any record
+/// over: the length CRC of each checked, and its data CRC too with `verify` -- the chunked walk of
+/// `verify` (no Python object per record).
+///
+/// Returns `(positions, lengths, data, pos, bad)`: the records' header positions (stream offsets:
+/// `base` is the offset of `buf[0]`) and data lengths as little-endian int64 bytes; with `gather`,
+/// `data` is the records' data back to back (record i is `data[sum(lengths[:i]):][:lengths[i]]`),
+/// else None; `pos` and `bad` as for `scan_records` (the records before a failed check are returned).
+/// `lead`: bytes put before the gathered data (the data of records the caller read itself, one
+/// that straddled two reads: so that a chunk is still one buffer).
+#[pyfunction]
+#[pyo3(signature = (buf, pos, verify, base, limit, gather, lead = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn scan_chunk<'py>(py: Python<'py>, buf: PyBuffer<u8>, pos: usize, verify: bool, base: u64, limit: usize,
+                       gather: bool, lead: Option<PyBuffer<u8>>)
+    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>, usize, Option<Bad>)> {
+    let b = slice(&buf, "scan_chunk: buffer")?;
+    let lead: &[u8] = match &lead {
+        Some(l) => slice(l, "scan_chunk: lead")?,
+        None => &[],
+    };
+    if pos > b.len() {
+        return Err(PyValueError::new_err(format!("scan_chunk: position {pos} is past the {} bytes", b.len())));
+    }
+    let cap = limit.min(b.len() / HEADER + 1);
+    let (mut positions, mut lengths): (Vec<u8>, Vec<u8>) = (Vec::with_capacity(8 * cap), Vec::with_capacity(8 * cap));
+    let (mut at, mut count, mut bad, mut total) = (pos, 0usize, None, 0usize);
+    // Records a group at a time: their headers walked (lengths checked), then their data CRCs
+    // computed together (`masked_crcs`), then checked in order -- so the first failed check in the
+    // stream is the one reported, whichever kind it is.
+    const GROUP: usize = 16;
+    let mut group: [(usize, u64, usize); GROUP] = [(0, 0, 0); GROUP];
+    let (mut datas, mut crcs): ([&[u8]; GROUP], [u32; GROUP]) = ([&[][..]; GROUP], [0; GROUP]);
+    'walk: loop {
+        let (mut m, mut a, mut header_bad, mut cut) = (0, at, None, false);
+        while m < GROUP && count + m < limit && a + HEADER <= b.len() {
+            let (length, stored, got) = header_at(b, a);
+            if got != stored {
+                header_bad = Some((0, base + a as u64, length, stored, got));
+                break;
+            }
+            let Some(end) = record_end(a, length, b.len()) else {
+                cut = true;
+                break;
+            };
+            group[m] = (a, length, end);
+            datas[m] = &b[a + HEADER..end - FOOTER];
+            m += 1;
+            a = end;
+        }
+        if verify {
+            masked_crcs(&datas[..m], &mut crcs[..m]);
+        }
+        for (i, &(a, length, end)) in group[..m].iter().enumerate() {
+            if verify {
+                let stored = u32::from_le_bytes(b[end - FOOTER..end].try_into().unwrap());
+                if crcs[i] != stored {
+                    bad = Some((1, base + a as u64, length, stored, crcs[i]));
+                    break 'walk;
+                }
+            }
+            positions.extend_from_slice(&(base + a as u64).to_le_bytes());
+            lengths.extend_from_slice(&length.to_le_bytes());
+            total += length as usize;
+            count += 1;
+            at = end;
+        }
+        if header_bad.is_some() {
+            bad = header_bad;
+            break;
+        }
+        if m < GROUP || cut {
+            break;
+        }
+    }
+    let data = if gather {
+        Some(PyBytes::new_with(py, lead.len() + total, |out| {
+            out[..lead.len()].copy_from_slice(lead);
+            let (mut from, mut to) = (pos, lead.len());
+            for l in lengths.chunks_exact(8) {
+                let l = u64::from_le_bytes(l.try_into().unwrap()) as usize;
+                out[to..to + l].copy_from_slice(&b[from + HEADER..from + HEADER + l]);
+                (from, to) = (from + HEADER + l + FOOTER, to + l);
+            }
+            Ok(())
+        })?)
+    } else {
+        None
+    };
+    Ok((PyBytes::new(py, &positions), PyBytes::new(py, &lengths), data, at, bad))
 }

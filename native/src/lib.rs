@@ -26,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(framing::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(framing::scan_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(framing::scan_records, m)?)?;
+    m.add_function(wrap_pyfunction!(framing::scan_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_examples, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_sequence_examples, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_examples, m)?)?;

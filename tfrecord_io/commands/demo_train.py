@@ -62,7 +62,7 @@ def make_demo_output(output_dir: str, rows: int = 100_000, shards: int = 4, comp
                      seed: int = 0) -> dict:
     """Write ``rows`` synthetic taxi rows as a committed tfrecord-io output; returns its manifest."""
     from tfrecord_io.storage import output
-    from tfrecord_io.core.codec import encode_examples
+    from tfrecord_io.core.codec import encode_framed
 
     schema = taxi_schema()
     output.prepare_output(output_dir, overwrite=True)
@@ -70,7 +70,7 @@ def make_demo_output(output_dir: str, rows: int = 100_000, shards: int = 4, comp
 
     def batches(lo: int, hi: int):
         for start in range(lo, hi, 50_000):
-            yield encode_examples(demo_rows(start, min(50_000, hi - start), seed), schema)
+            yield encode_framed(demo_rows(start, min(50_000, hi - start), seed), schema)
 
     return output.write_output(output_dir, [batches(int(bounds[k]), int(bounds[k + 1])) for k in range(shards)],
                                schema=schema, compression=compression, engine="demo")

@@ -22,7 +22,9 @@ Checks, for a SOURCE (see :mod:`tfrecord_io.commands.inspect`):
   schema does not name are allowed (see docs/wire-contract.md).  Without a manifest or
   ``--schema`` only the framing is checked.
 
-Records are checked against the schema a chunk at a time by the vectorized decoder
+Records are read a chunk at a time (:func:`tfrecord_io.core.framing.iter_record_chunks`: both CRCs of
+a read's records checked in one compiled call, no Python object per record) and checked against the
+schema a chunk at a time by the vectorized decoder
 (:func:`tfrecord_io.core.wire_scan.scan_batch`); only the records it finds a problem in, or
 cannot take, are decoded one by one (``decode_record``, :func:`check_record`), which gives each
 problem its detail: the result is that of a record-by-record check.
@@ -49,7 +51,7 @@ from tfrecord_io.storage import fs, lease
 from tfrecord_io.core.wire_scan import KIND_BYTES, KIND_CODE, is_utf8, scan_batch
 from tfrecord_io.core.decode import RecordDecodeError, decode_record
 from tfrecord_io.core.checksum import format_crc
-from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
+from tfrecord_io.core.framing import CorruptRecordError, chunk_records
 from tfrecord_io.commands import exits
 from tfrecord_io.commands.reading import add_source_arguments, map_files, resolve_source
 from tfrecord_io.storage.sources import ShardReader, Source, SourceFile
@@ -198,23 +200,18 @@ def check_record(record, schema) -> tuple[list[tuple[str, str]], list[str]]:
 # ---------------------------------------------------------------------------------------
 # Per file (runs in worker processes)
 # ---------------------------------------------------------------------------------------
-_CHUNK_RECORDS = 4096  # records checked at once by the vectorized decoder
-_CHUNK_BYTES = 4 << 20  # ... or this many record bytes, whichever comes first
+_CHUNK_RECORDS = 4096  # records checked at once by the vectorized decoder (at most; a chunk is about one read)
 
 
 def _verify_file(file: SourceFile, schema, report) -> FileCheck:
     out = FileCheck()
     reader = ShardReader(file, verify=True, report=report)
-    broken: list[CorruptRecordError] = []
-    records = until_corrupt(reader.records(), broken)  # a corrupt record ends them: the intact ones are checked
-    if schema is None:  # the framing alone
-        out.records = sum(1 for _ in records)
-    else:
-        for offsets, chunk in record_chunks(records, max_records=_CHUNK_RECORDS, max_bytes=_CHUNK_BYTES):
-            out.records += len(chunk)
-            _check_chunk(out, file, schema, chunk, offsets)
-    if broken:
-        e = broken[0]
+    try:  # a chunk at a time, no object per record; a corrupt record ends them: the intact ones are checked
+        for offsets, lengths, data in reader.chunks(_CHUNK_RECORDS, gather=schema is not None):
+            out.records += len(offsets)
+            if schema is not None:
+                _check_chunk(out, file, schema, chunk_records(lengths, data), offsets.tolist())
+    except CorruptRecordError as e:
         out.framing_ok = False
         out.add(Problem("framing", f"{e.check}: {e.detail}", file.name, e.offset), f"framing: {e.check}")
         return out
@@ -222,11 +219,11 @@ def _verify_file(file: SourceFile, schema, report) -> FileCheck:
     return out
 
 
-def _check_chunk(out: FileCheck, file: SourceFile, schema, chunk: list[bytes], offsets: list[int]) -> None:
+def _check_chunk(out: FileCheck, file: SourceFile, schema, chunk, offsets: list[int]) -> None:
     """Check a chunk of records against the schema: vectorized for all of them (:func:`_suspects`),
     then one by one with :func:`check_record` for those that may have a problem, so that each
     problem is reported with its record's detail exactly as a record-by-record check would."""
-    if not chunk:
+    if not len(chunk):
         return
     scan = scan_batch(chunk)
     suspects, warned = _suspects(scan, schema)
@@ -234,7 +231,7 @@ def _check_chunk(out: FileCheck, file: SourceFile, schema, chunk: list[bytes], o
         out.warnings[warning] += n
     for i in np.flatnonzero(suspects).tolist():
         try:
-            record = decode_record(chunk[i])
+            record = decode_record(chunk[i].as_py())
         except RecordDecodeError as e:
             out.add(Problem("schema", str(e), file.name, offsets[i]), "not a valid Example/SequenceExample")
             continue

@@ -25,6 +25,10 @@ When the compiled record core is built (:mod:`tfrecord_io.core.native`), the che
 column flattening below still run here, per column, and the records are laid out by
 ``_native.encode_examples`` / ``encode_sequence_examples`` in one pass per batch instead of the
 pieces: the same bytes (``tests/test_native_core.py``).  The numpy path is the reference.
+
+Writers of TFRecord files take :func:`encode_framed`: with the compiled core each record is encoded
+straight into its place in the framed stream (header, record, data CRC), one buffer per batch and
+no second pass; with numpy the records are encoded, then framed (:class:`FramedBatch`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core import native
+from tfrecord_io.core.framing import FramedBatch
 from tfrecord_io.core.schema import Feature, Schema
 
 # Tag bytes: (field_number << 3) | 2, wire type 2 = length-delimited.
@@ -552,6 +557,27 @@ def encode_sequence_examples(batch: pa.RecordBatch, schema: Schema) -> pa.Array:
     lists = [p for f in schema.sequence for p in _sequence_pieces(batch, f)]
     pieces += [_Const(_TAG2), _varint_piece(_total_length(lists)), *lists]
     return _to_binary_array(*_assemble(pieces, batch.num_rows))
+
+
+def encode_framed(batch: pa.RecordBatch, schema: Schema) -> FramedBatch:
+    """The rows of ``batch`` as the schema's record type (:func:`encode_examples` /
+    :func:`encode_sequence_examples`: the same records and errors), framed as a TFRecord stream:
+    what :meth:`tfrecord_io.core.framing.TFRecordWriter.write_batch` writes as it is.  The
+    compiled core encodes each record straight into its framed place (one pass, one buffer)."""
+    example = schema.record_type == "example"
+    core = native.active()
+    if core is None:
+        return FramedBatch.of(encode_examples(batch, schema) if example else encode_sequence_examples(batch, schema))
+    n = batch.num_rows
+    if example:
+        lengths, data = core.encode_examples(n, _native_features(batch, schema.features, "example"), True)
+    else:
+        if schema.record_type != "sequence_example":  # as encode_sequence_examples says it
+            raise ValueError("encode_sequence_examples needs a sequence_example schema")
+        context = _native_features(batch, schema.context, "context") if schema.context else None
+        lists = [_native_sequence(batch, f) for f in schema.sequence]
+        lengths, data = core.encode_sequence_examples(n, context, lists, True)
+    return FramedBatch(n, [(np.frombuffer(lengths, dtype=np.int64), data)] if n else [])
 
 
 def row_errors(batch: pa.RecordBatch, schema: Schema) -> list[str | None]:

@@ -61,11 +61,14 @@ from tfrecord_io.core import checksum, native
 __all__ = [
     "DEFAULT_COMPRESSION_LEVEL",
     "CorruptRecordError",
+    "FramedBatch",
+    "chunk_records",
     "check_compression_level",
     "TFRecordWriter",
     "compression_from_path",
     "extension_for",
     "frame_records",
+    "iter_record_chunks",
     "iter_record_lengths",
     "iter_records",
     "mask_crc",
@@ -400,6 +403,42 @@ def _prepare(records: Any) -> tuple[int, Iterator[tuple[np.ndarray, Any]]]:
     return len(records), _frame_sequence(records, scratch)
 
 
+class FramedBatch:
+    """A batch of records already framed: what :meth:`TFRecordWriter.write_batch` writes as it is.
+
+    ``count`` records; :meth:`parts` yields ``(lengths, buffer)`` per chunk (the records' data
+    lengths, int64, and their framed bytes) once.  :func:`tfrecord_io.core.codec.encode_framed`
+    makes one straight from an Arrow batch (the compiled core encodes each record into its place
+    in the framed stream); :meth:`of` frames records that are already encoded.
+    """
+
+    __slots__ = ("count", "_parts")
+
+    def __init__(self, count: int, parts: Iterable[tuple[np.ndarray, Any]]):
+        self.count = count
+        self._parts: Iterable[tuple[np.ndarray, Any]] | None = parts
+
+    @classmethod
+    def of(cls, records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> "FramedBatch":
+        """``records`` framed (checked now, framed a chunk at a time as :meth:`parts` is read)."""
+        return cls(*_prepare(records))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def parts(self) -> Iterator[tuple[np.ndarray, Any]]:
+        """``(lengths, framed bytes)`` per chunk, in order; each buffer is valid until the next is
+        asked for.  Once only: a second call raises ValueError."""
+        if self._parts is None:
+            raise ValueError("FramedBatch.parts: the batch was already written (its parts are read once)")
+        parts, self._parts = self._parts, None
+        return iter(parts)
+
+    def tobytes(self) -> bytes:
+        """The framed stream of the batch (reads :meth:`parts`)."""
+        return b"".join(bytes(part) for _, part in self.parts())
+
+
 def frame_records(records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> bytes:
     """Frame many records at once; returns the bytes of a TFRecord stream.
 
@@ -645,10 +684,14 @@ class TFRecordWriter:
             if len(self._pending_lengths) >= _CHUNK_RECORDS:
                 self._flush_lengths()
 
-    def write_batch(self, records: pa.Array | pa.ChunkedArray | Iterable[bytes]) -> int:
-        """Append many records (see :func:`frame_records`); returns how many."""
+    def write_batch(self, records: pa.Array | pa.ChunkedArray | Iterable[bytes] | FramedBatch) -> int:
+        """Append many records (see :func:`frame_records`), or a :class:`FramedBatch` as it is;
+        returns how many."""
         self._check_open()
-        count, parts = _prepare(records)  # validates everything before writing anything
+        if isinstance(records, FramedBatch):  # checked and encoded already
+            count, parts = records.count, records.parts()
+        else:
+            count, parts = _prepare(records)  # validates everything before writing anything
         if self._index is not None:
             self._flush_lengths()
         for lengths, part in parts:  # chunk by chunk: no batch-sized temporary
@@ -997,3 +1040,203 @@ def iter_record_lengths(fileobj: BinaryIO | str | os.PathLike, *, name: str | No
         return from_path()
     label = name if name is not None else getattr(fileobj, "name", None)
     return stream(fileobj, label if isinstance(label, str) else "<stream>")
+
+
+def _pieces_crc(pieces: list[bytes], length: int) -> tuple[int, int]:
+    """(stored, computed) masked data CRC of the record framed in ``pieces`` (its header, its data
+    and its data CRC across them), without joining them."""
+    crc, at, tail = 0, 0, []
+    end = HEADER_SIZE + length
+    for p in pieces:
+        lo, hi = max(at, HEADER_SIZE), min(at + len(p), end)
+        if lo < hi:
+            crc = checksum.extend(crc, memoryview(p)[lo - at:hi - at])
+        if at + len(p) > end:
+            tail.append(memoryview(p)[max(end - at, 0):])
+        at += len(p)
+    (stored,) = _U32.unpack(b"".join(tail))
+    return stored, mask_crc(crc)
+
+
+_ALONE = 1 << 16  # a record that straddles reads and has this many bytes or more is a chunk of its own
+
+
+class _Cursor:
+    """A stream of byte chunks read from a position on, for the record that straddles two reads:
+    :meth:`take` joins only the bytes asked for (never the rest of a chunk)."""
+
+    __slots__ = ("it", "buf", "pos", "base")
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self.it = iter(chunks)
+        self.buf, self.pos, self.base = b"", 0, 0  # the chunk, the position in it, its stream offset
+
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def take(self, n: int, pieces: list[bytes]) -> int:
+        """Append up to ``n`` bytes from the position on to ``pieces`` (fewer only at the end of the
+        stream); returns how many."""
+        want = n
+        while n > 0:
+            if self.pos == len(self.buf):
+                self.base += len(self.buf)
+                self.buf, self.pos = b"", 0  # let the old chunk go before the next one is read
+                self.buf = next(self.it, b"")
+                if not self.buf:
+                    break
+            k = min(n, len(self.buf) - self.pos)
+            pieces.append(self.buf if k == len(self.buf) else self.buf[self.pos:self.pos + k])
+            self.pos += k
+            n -= k
+        return want - n
+
+
+def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records: int,
+                  gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+    """The compiled chunk walk: ``core.scan_chunk`` over the whole records of each read; a record
+    that straddles two reads is taken apart (:class:`_Cursor`), checked, and put before the next
+    chunk's records (``lead``).  Errors are those of :func:`_record_stream`, raised after the
+    records before the damaged one are yielded."""
+    core = native.active()
+    cur = _Cursor(chunks)
+    lead_pos: list[int] = []
+    lead_len: list[int] = []
+    lead_data: list[bytes] = []
+
+    def merged(positions: bytes, lengths: bytes, data: bytes | None):
+        pos = np.frombuffer(positions, dtype="<i8").astype(np.int64, copy=False)
+        lens = np.frombuffer(lengths, dtype="<i8").astype(np.int64, copy=False)
+        if lead_pos:
+            pos = np.concatenate([np.array(lead_pos, dtype=np.int64), pos])
+            lens = np.concatenate([np.array(lead_len, dtype=np.int64), lens])
+            if gather and data is None:
+                data = b"".join(lead_data)
+            lead_pos.clear(), lead_len.clear(), lead_data.clear()
+        return pos, lens, data
+
+    while True:
+        lead = b"".join(lead_data) if gather and lead_data else None
+        limit = max_records - len(lead_pos)
+        positions, lengths, data, cur.pos, bad = core.scan_chunk(cur.buf, cur.pos, verify, cur.base, limit, gather,
+                                                                 lead)
+        if positions:  # the lead went into data
+            lead_data.clear()
+            yield merged(positions, lengths, data)
+        if bad is not None:
+            if lead_pos:
+                yield merged(b"", b"", None)
+            which, offset, length, stored, got = bad
+            raise _crc_error(name, offset, ("length CRC", "data CRC")[which], length, stored, got)
+        if len(positions) // 8 == limit:
+            continue  # the chunk is full: more whole records may follow in this read
+        # At the position: the end of the read, with part of a record (or none) before the next.
+        start = cur.offset()
+        pieces: list[bytes] = []
+        cur.take(HEADER_SIZE, pieces)
+        head = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if len(head) < HEADER_SIZE:
+            if lead_pos:
+                yield merged(b"", b"", None)
+            if not head:
+                return
+            raise CorruptRecordError(name, start, "truncated header",
+                                     f"expected {HEADER_SIZE} header bytes, got {len(head)} before end of stream")
+        length, length_crc = _HEADER.unpack_from(head, 0)
+        if mask_crc(_crc32c_value(head[:8])) != length_crc:
+            if lead_pos:
+                yield merged(b"", b"", None)
+            _check_length_crc(head, 0, length, length_crc, {}, name, start)
+        pieces = [head]
+        got = cur.take(length + FOOTER_SIZE, pieces)
+        if got < length + FOOTER_SIZE:
+            if lead_pos:
+                yield merged(b"", b"", None)
+            avail = HEADER_SIZE + got
+            if avail < HEADER_SIZE + length:
+                what = f"{length} data bytes, got {avail - HEADER_SIZE}"
+            else:
+                what = f"{FOOTER_SIZE}-byte data CRC after {length} data bytes, got {avail - HEADER_SIZE - length}"
+            raise CorruptRecordError(name, start, "truncated data", f"expected {what} before end of stream")
+        if verify:
+            stored, got = _pieces_crc(pieces, length)
+            if got != stored:
+                if lead_pos:
+                    yield merged(b"", b"", None)
+                raise _crc_error(name, start, "data CRC", length, stored, got)
+        if not gather:
+            lead_pos.append(start)
+            lead_len.append(length)
+            if len(lead_pos) == max_records:
+                yield merged(b"", b"", None)
+            continue
+        record = b"".join(pieces)  # the one copy of a record that straddles reads
+        data = memoryview(record)[HEADER_SIZE:HEADER_SIZE + length]
+        if length >= _ALONE:  # a large record: a chunk of its own, its data not copied again
+            if lead_pos:
+                yield merged(b"", b"", None)
+            yield np.array([start], dtype=np.int64), np.array([length], dtype=np.int64), data
+            continue
+        lead_pos.append(start)
+        lead_len.append(length)
+        lead_data.append(data)
+        if len(lead_pos) == max_records:
+            yield merged(b"", b"", None)
+
+
+def _pure_chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records: int,
+                       gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+    """The numpy core's chunk walk: :func:`_record_stream`'s records, grouped."""
+    broken: list[CorruptRecordError] = []
+    records = until_corrupt(_record_stream(chunks, name, verify, True), broken)
+    for offsets, datas in record_chunks(records, max_records=max_records, max_bytes=_READ_SIZE):
+        yield (np.array(offsets, dtype=np.int64), np.fromiter(map(len, datas), dtype=np.int64, count=len(datas)),
+               b"".join(datas) if gather else None)
+    if broken:
+        raise broken[0]
+
+
+def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | None = None,
+                       compression: str | None = None, verify: bool = True, max_records: int = 4096,
+                       gather: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+    """The records of a TFRecord stream a chunk at a time, without a Python object per record:
+    ``(offsets, lengths, data)`` per chunk of at most ``max_records`` (and about one read, 1 MiB,
+    of records, or one record), none empty.
+
+    ``offsets``: each record's header offset in the uncompressed stream, ``lengths`` its data
+    length (int64 arrays); ``data``: the records' data back to back (record i starts at
+    ``lengths[:i].sum()``; ``bytes``, or a ``memoryview`` for a large record that straddled reads),
+    or None without ``gather`` (a walk that only checks and counts).
+    :func:`chunk_records` makes ``data`` an Arrow array.  Checks and errors are those of
+    :func:`iter_records` (``verify``: the data CRCs too); on a damaged record the chunk of the
+    records before it is yielded, then :class:`CorruptRecordError` raised.  With the compiled
+    core the whole records of each read are walked, both CRCs checked, in one call.
+    """
+    compression = normalize_compression(compression)
+    if not isinstance(max_records, int) or max_records < 1:
+        raise ValueError(f"max_records must be a positive integer, got {max_records!r}")
+    walk = _chunk_stream if native.active() is not None else _pure_chunk_stream
+
+    def stream(f: Any, label: str) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+        chunks = _raw_chunks(f, label)
+        if compression != "none":
+            chunks = _inflate(chunks, compression, label)
+        yield from walk(chunks, label, verify, max_records, gather)
+
+    if isinstance(fileobj, (str, bytes, os.PathLike)):
+        path = os.fsdecode(os.fspath(fileobj))
+
+        def from_path() -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+            with open(path, "rb") as f:
+                yield from stream(f, name or path)
+
+        return from_path()
+    label = name if name is not None else getattr(fileobj, "name", None)
+    return stream(fileobj, label if isinstance(label, str) else "<stream>")
+
+
+def chunk_records(lengths: np.ndarray, data: Any) -> pa.Array:
+    """A chunk's records (:func:`iter_record_chunks`) as an Arrow ``large_binary`` array over ``data`` (no copy)."""
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), lengths.size, [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -98,7 +98,7 @@ from tfrecord_io.conversion import dealing, grouping, parsing, small_files
 from tfrecord_io.conversion.failure import ConversionError, worker_error
 from tfrecord_io.conversion.options import ConversionOptions
 from tfrecord_io.conversion.plan import Plan, plan_conversion
-from tfrecord_io.core.codec import encode_examples, present_counts
+from tfrecord_io.core.codec import encode_examples, encode_framed, present_counts
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.storage import fs, output
 from tfrecord_io.storage.replace import CommitError
@@ -468,7 +468,12 @@ class WriteShard(_JobDoFn):
             for batch in batches():
                 if example:
                     present.update(present_counts(batch, job.schema))
-                yield encode_examples(batch, job.schema) if example else batch.column(0)
+                if not example:
+                    yield batch.column(0)
+                elif job.splits is None:  # straight into framed records (the splits read the records first)
+                    yield encode_framed(batch, job.schema)
+                else:
+                    yield encode_examples(batch, job.schema)
 
         attempt = job.attempt()
         encoded = records()

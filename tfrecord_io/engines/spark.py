@@ -143,6 +143,7 @@ from tfrecord_io.conversion.failure import ConversionError, cause_line, task_err
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
 from tfrecord_io.core import codec
+from tfrecord_io.core.framing import FramedBatch
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage.partitions import partition_codes, unusable_values
 from tfrecord_io.storage import fs, inputs, output
@@ -1108,13 +1109,16 @@ class WriteStage:
                 else:
                     yield records if self.splits is None else (records, which)
 
-    def _encode(self, batch: pa.RecordBatch, good_idx: np.ndarray) -> tuple[pa.Array, dict]:
-        """Encode the good rows; a row the encoder still refuses becomes a reject (row by row)."""
+    def _encode(self, batch: pa.RecordBatch, good_idx: np.ndarray) -> tuple[pa.Array | FramedBatch, dict]:
+        """Encode the good rows; a row the encoder still refuses becomes a reject (row by row).  When
+        the records go to one file as they are (no partitions, no splits) they come framed
+        (:func:`codec.encode_framed`: each record encoded straight into its framed place)."""
+        framed = not self.partition_by and self.splits is None
         if len(good_idx) == 0:
             return pa.array([], pa.binary()), {}
         good = batch if len(good_idx) == batch.num_rows else batch.take(pa.array(good_idx, pa.int64()))
         try:
-            return codec.encode_examples(good, self.schema), {}
+            return (codec.encode_framed if framed else codec.encode_examples)(good, self.schema), {}
         except (ValueError, TypeError, pa.ArrowException):
             pass
         parts, refused = [], {}
@@ -1123,7 +1127,8 @@ class WriteStage:
                 parts.append(_as_binary(codec.encode_examples(good.slice(j, 1), self.schema)))
             except (ValueError, TypeError, pa.ArrowException) as e:
                 refused[int(i)] = f"cannot encode: {e}"
-        return (pa.concat_arrays(parts) if parts else pa.array([], pa.binary())), refused
+        records = pa.concat_arrays(parts) if parts else pa.array([], pa.binary())
+        return (FramedBatch.of(records) if framed and len(records) else records), refused
 
     # -- SequenceExamples ---------------------------------------------------------------------
     def _sequence_records(self, batches, spool: _RejectSpool, stats: dict) -> Iterator[pa.Array]:

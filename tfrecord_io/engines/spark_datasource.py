@@ -211,8 +211,8 @@ class _Writer(DataSourceArrowWriter):
                         names = [p["name"] for p in self.partition_by]
                         codes, dirs, _ = partition_codes([kept.column(n) for n in names], names)
                         yield encode(typed, self.schema), codes, dirs
-                    elif self.splits is None:
-                        yield encode(typed, self.schema)
+                    elif self.splits is None:  # a TFRecord file as it is: encoded straight into framed records
+                        yield codec.encode_framed(typed, self.schema)
                     else:
                         yield encoded, which
 

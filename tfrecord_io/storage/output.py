@@ -259,8 +259,10 @@ def attempt_dir(output: str, attempt: str) -> str:
 
 def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str,
                 level: int = DEFAULT_COMPRESSION_LEVEL) -> WrittenFile:
-    """Write batches of serialized records (Arrow binary arrays) to this attempt's temporary file,
-    and its record index beside it (``_index/<name>.idx``, from the same framing pass)."""
+    """Write batches of serialized records (Arrow binary arrays, or records already framed:
+    :class:`~tfrecord_io.core.framing.FramedBatch`, from :func:`tfrecord_io.core.codec.encode_framed`)
+    to this attempt's temporary file, and its record index beside it (``_index/<name>.idx``, from the
+    same framing pass)."""
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
     comp = normalize_compression(compression)
     with fs.open(temp_path, "wb") as f, fs.open(index_uri(temp_path), "wb") as fi:
@@ -596,7 +598,8 @@ def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compres
     """Write and commit a whole output from already-encoded records, without an engine.
 
     ``shards`` holds, per shard, an iterable of serialized-record batches (Arrow binary
-    arrays, e.g. from :func:`tfrecord_io.core.codec.encode_examples`).  There are no rejects, so
+    arrays, e.g. from :func:`tfrecord_io.core.codec.encode_examples`, or framed batches from
+    :func:`tfrecord_io.core.codec.encode_framed`).  There are no rejects, so
     every record is an input row.  Returns the manifest.
     """
     shards = list(shards)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from tfrecord_io.core.checksum import ChecksumReader, format_crc, parse_crc
-from tfrecord_io.core.framing import compression_from_path, iter_records, masked_crc32c, normalize_compression
+from tfrecord_io.core.framing import compression_from_path, iter_record_chunks, iter_records, masked_crc32c, normalize_compression
 from tfrecord_io.core.record_schema import INFER_SAMPLE_RECORDS, Inference, read_sample
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.storage import fs
@@ -423,6 +423,19 @@ class ShardReader:
                                      verify=self.verify):
                 self.records_read += 1
                 yield item
+            reader.drain()  # bytes past the record stream (a gzip tail): in the checksum too
+            self.bytes_read, self.crc32c, self.complete = reader.bytes_read, reader.crc32c, True
+
+    def chunks(self, max_records: int, gather: bool = True):
+        """The records a chunk at a time, ``(offsets, lengths, data)`` (:func:`iter_record_chunks`: no
+        Python object per record); raises CorruptRecordError naming the file, after the chunk of the
+        records before the damaged one."""
+        with fs.open(self.file.uri, "rb") as f:
+            reader = ChecksumReader(f, self.report)
+            for chunk in iter_record_chunks(reader, name=self.file.uri, compression=self.file.compression,
+                                            verify=self.verify, max_records=max_records, gather=gather):
+                self.records_read += len(chunk[0])
+                yield chunk
             reader.drain()  # bytes past the record stream (a gzip tail): in the checksum too
             self.bytes_read, self.crc32c, self.complete = reader.bytes_read, reader.crc32c, True
 
