@@ -561,12 +561,11 @@ class WriteShard(_JobDoFn):
                 parts = (b.column(0) for _, data in spill.read_pieces(refs[shard]) for b in dealing.from_ipc(data))
                 written += self._write(shard, parts, attempt)
 
-        for k, w in enumerate(written):
-            self.records_written.inc(w.records)
-            self.bytes_written.inc(w.bytes)
-            # The group's feature counts go with its first file ({} with the others: they add up).
-            counts = (dict(present) if k == 0 else {}) if example and job.splits is None else None
-            yield {"kind": "records", **output.written_file_dict(w), "present": counts}
+        self.records_written.inc(sum(w.records for w in written))
+        self.bytes_written.inc(sum(w.bytes for w in written))
+        # One report item for the group's files (not one each: ten thousand shards are ten elements).
+        yield {"kind": "records", "files": [output.written_file_dict(w) for w in written],
+               "present": dict(present) if example and job.splits is None else None}
 
     def _write(self, shard: int, records, attempt: str) -> list[output.WrittenFile]:
         """Shard ``shard``'s file (or one per split) from its encoded record arrays."""
@@ -575,7 +574,8 @@ class WriteShard(_JobDoFn):
             records = job.faults.around_write(records, output=job.conv.output, shard=shard, attempt=attempt)
         name = output.shard_name(shard, job.num_shards, job.conv.compression)
         if job.splits is None:
-            return [output.write_shard(records, job.conv.output, attempt, name, job.conv.compression, job.conv.level)]
+            return [output.write_shard(records, job.conv.output, attempt, name, job.conv.compression, job.conv.level,
+                                       inline_index=True)]  # the index in the report: no file of its own
 
         def assigned():
             for batch in records:
@@ -803,8 +803,8 @@ def _commit(job: _Job, report: list[dict], runner: str, counters: dict[str, int]
     conv = job.conv
     ran = runner if not requested or requested.rsplit(".", 1)[-1] == runner else f"{runner} (requested {requested})"
     fields_ = {f.name for f in dataclasses.fields(output.WrittenFile)}
-    shard_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
-                   for d in report if d["kind"] == "records"]
+    shard_files = [output.WrittenFile(**{k: v for k, v in f.items() if k in fields_})
+                   for d in report if d["kind"] == "records" for f in d["files"]]
     reject_files = [output.WrittenFile(**{k: v for k, v in d.items() if k in fields_})
                     for d in report if d["kind"] == "rejects"]
     sequence = job.schema.record_type == "sequence_example"
