@@ -564,24 +564,26 @@ class WriteShard(_JobDoFn):
                     yield from encoded(dealing.split_window(window, shards[0], rngs)[0])
 
             written += self._write(shards[0], streamed(), attempt)
-            windows = iter(())
-        first = next(windows, None)
-        second = next(windows, None) if first is not None else None
-        if second is None and len(shards) > 1:  # one window (or none): every shard straight from it
-            got = dict(by_shard(first)) if first is not None else {}
-            for shard in shards:
-                written += self._write(shard, got[shard].chunks if shard in got else [], attempt)
-        elif second is not None:  # several shards over several windows: each shard's parts in a scratch file
-            refs: dict[int, list] = {shard: [] for shard in shards}
-            with spill.SpillWriter(fs.join(output.attempt_dir(job.conv.output, attempt), "_scratch")) as scratch:
-                for window in _chain(first, second, windows):
-                    for shard, records in by_shard(window):
-                        for chunk in records.chunks:
-                            piece = pa.RecordBatch.from_arrays([chunk], names=["record"])
-                            refs[shard].append((None, scratch.put(dealing.to_ipc(piece))))
-            for shard in shards:
-                parts = (b.column(0) for _, data in spill.read_pieces(refs[shard]) for b in dealing.from_ipc(data))
-                written += self._write(shard, parts, attempt)
+        else:
+            first = next(windows, None)
+            second = next(windows, None) if first is not None else None
+            if second is None:  # one window (or none; groups are sized for one): every shard straight from it
+                got = dict(by_shard(first)) if first is not None else {}
+                for shard in shards:
+                    written += self._write(shard, got[shard].chunks if shard in got else [], attempt)
+            else:  # several windows: each shard's parts in a scratch file first, in window order
+                refs: dict[int, list] = {shard: [] for shard in shards}
+                scratch_dir = fs.join(output.attempt_dir(job.conv.output, attempt), "_scratch")
+                with spill.SpillWriter(scratch_dir) as scratch:
+                    for window in _chain(first, second, windows):
+                        for shard, records in by_shard(window):
+                            for chunk in records.chunks:
+                                piece = pa.RecordBatch.from_arrays([chunk], names=["record"])
+                                refs[shard].append((None, scratch.put(dealing.to_ipc(piece))))
+                for shard in shards:
+                    parts = (b.column(0) for _, data in spill.read_pieces(refs[shard])
+                             for b in dealing.from_ipc(data))
+                    written += self._write(shard, parts, attempt)
 
         self.records_written.inc(sum(w.records for w in written))
         self.bytes_written.inc(sum(w.bytes for w in written))
