@@ -2,6 +2,12 @@
 and 16M rows, and the small-file case (10,000 files of 100 rows against the same rows in one file).
 
     .venv/bin/python benchmarks/bench_scaling.py [--sizes 1,4,16] [--small-files 10000] [--workdir DIR]
+        [--skip spark,loader,beam-small-files] [--repeat 3] [--baseline DIR] [--flink]
+
+Beam alone, before (``--baseline``: a checkout of the code to compare, e.g. ``git worktree add
+/tmp/base main`` -- with its compiled core copied in) and after, in one run::
+
+    .venv/bin/python benchmarks/bench_scaling.py --skip spark,loader,beam-small-files --baseline /tmp/base
 
 Data: files of 1,000,000 rows x 17 columns each (``bench_spark.make_csv``: 10 float, 5 int64, 1
 string, 1 int64 label; 148 MB a file, a different seed each); a size of N million rows is the first
@@ -12,7 +18,12 @@ N files.  Local disk, each measurement in its own process, one after the other:
   start does not flatter the small sizes.  Peak memory is the highest resident set (``VmHWM``)
   seen of the driver JVM and of any one Python worker, polled from ``/proc`` every 0.2 s.
 * **Beam**: ``run_conversion`` on the FnApiRunner (which the table confirms ran), in a process of
-  its own; the runner executes bundles in that process, so driver and worker are one peak.
+  its own; the runner executes bundles in that process, so driver and worker are one peak: the
+  highest ``VmHWM`` of that process and any child of it, polled from ``/proc``, and its own
+  ``ru_maxrss`` and its children's (the larger).  ``--flink``: the same on Beam's Flink job server
+  (``tfrecord_io.clusters.flink``, Flink ``[local]``, parallelism 2, ``LOOPBACK`` SDK workers in the
+  submitting process), started afresh for each size so that the job server JVM's ``VmHWM`` is that
+  size's: both peaks are reported.
 * **Loader**: ``make_dataset`` over the Spark output of that size, one epoch, batch 1024, in a
   process of its own; its peak resident set.
 
@@ -21,7 +32,8 @@ Per size: seconds per million rows, and each one's ratio to the 1M figure (the t
 rows as 10,000 files of 100 rows against one file, for each engine (``--shards input`` on Spark
 too, since that is the layout whose shard count follows the input), Beam writing 10,000 shards
 against 1 (``--num-shards``), and ``make_dataset`` over those 10,000 shards against the 1: times,
-ratios (target within 3x), shards written, and the manifest's size.
+ratios (target within 3x), shards written, and the manifest's size.  The Beam runs of 1 against
+10,000 shards alternate ``--repeat`` times; the table gives each one's median (and every time).
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, os.environ.get("BENCH_SCALING_CODE", str(REPO)))  # --baseline: the code measured
 sys.path.insert(0, str(BENCH))
 
 from bench_spark import make_csv, schema_text  # noqa: E402
@@ -150,14 +162,18 @@ def spark_job(inputs: str, schema: str, out: str, rows: int, extra: list[str] = 
             "files": summary["files"], "tasks": summary.get("tasks")}
 
 
-def beam_job(inputs: str, schema: str, out: str, rows: int, num_shards: int | None = None) -> dict:
+def beam_job(inputs: str, schema: str, out: str, rows: int, num_shards: int | None = None, *,
+             code: Path = REPO, beam_args: list[str] = ()) -> dict:
+    """One conversion in a process of its own, with the code at ``code`` (default: this checkout)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, __file__, "beam-one", inputs, schema, out, str(num_shards or 0)]
-    summary, _, peaks = _run(cmd)
-    if summary["records"] != rows or summary["runner"] != "FnApiRunner":
-        raise SystemExit(f"beam: {summary}, expected {rows} records on the FnApiRunner")
-    return {"seconds": summary["seconds"], "peak_mb": summary["peak_mb"], "runner": summary["runner"],
-            "manifest_bytes": summary["manifest_bytes"]}
+    cmd = [sys.executable, __file__, "beam-one", inputs, schema, out, str(num_shards or 0), *beam_args]
+    summary, wall, peaks = _run(cmd, env={"PYTHONPATH": str(code), "BENCH_SCALING_CODE": str(code)})
+    want = "PortableRunner" if beam_args else "FnApiRunner"
+    if summary["records"] != rows or not summary["runner"].startswith(want):
+        raise SystemExit(f"beam: {summary}, expected {rows} records on the {want}")
+    return {"seconds": summary["seconds"], "peak_mb": max(summary["peak_mb"], peaks.driver, peaks.worker),
+            "runner": summary["runner"], "manifest_bytes": summary["manifest_bytes"], "wall": wall,
+            "load": os.getloadavg()[0]}
 
 
 def beam_one(argv: list[str]) -> int:
@@ -169,13 +185,29 @@ def beam_one(argv: list[str]) -> int:
     conv = tbeam.ConversionOptions(inputs=inputs, input_format="csv", schema=schema, output=out,
                                    **({"num_shards": shards} if shards else {}))
     started = time.monotonic()
-    result = tbeam.run_conversion(conv, PipelineOptions(["--runner=DirectRunner"]))
+    result = tbeam.run_conversion(conv, PipelineOptions(argv[4:] or ["--runner=DirectRunner"]))
     seconds = time.monotonic() - started
     manifest = json.loads(Path(out, "_manifest.json").read_text())
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print(json.dumps({"event": "done", "seconds": seconds, "records": manifest["totals"]["records"],
-                      "runner": result.runner, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "runner": result.runner, "peak_mb": peak / 1024,
                       "manifest_bytes": Path(out, "_manifest.json").stat().st_size}))
     return 0
+
+
+def flink_job(work: Path, inputs: str, schema: str, out: str, rows: int) -> dict:
+    """``beam_job`` on a Flink job server started for this run alone: its JVM's peak too."""
+    from tfrecord_io.clusters import flink as flink_local
+
+    server = flink_local.start(work / "flink-server", detach=False)
+    try:
+        r = beam_job(inputs, schema, out, rows, beam_args=[*server.pipeline_args(parallelism=2),
+                                                           f"--job_name=bench-scaling-{rows}"])
+        got = _hwm_mb(server.pid)
+        r["jvm_mb"] = got[1] if got else float("nan")
+    finally:
+        server.stop()
+    return r
 
 
 def loader(source: str, rows: int) -> dict:
@@ -232,8 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1,4,16", help="millions of rows (default 1,4,16)")
     ap.add_argument("--small-files", type=int, default=10_000, help="files for the small-file case (0: skip)")
-    ap.add_argument("--skip", default="", help="comma-separated: spark, beam, loader, scaling (the 1M-16M table)")
+    ap.add_argument("--skip", default="", help="comma-separated: spark, beam, loader, scaling (the 1M-16M table), "
+                                               "beam-small-files (Beam on the 10,000 files: only 1 vs 10,000 shards)")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each side of Beam's 1 vs 10,000 shards")
+    ap.add_argument("--baseline", default=None, help="a checkout of the code to measure Beam's runs against too")
+    ap.add_argument("--flink", action="store_true", help="the Beam runs on a local Flink job server too")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     skip = set(args.skip.split(",")) - {""}
@@ -258,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
                 r["spark"] = spark_job(files, str(schema), str(work / f"spark-{n}m"), rows)
             if "beam" not in skip:
                 r["beam"] = beam_job(files, str(schema), str(work / f"beam-{n}m"), rows)
+                if args.baseline:
+                    r["beam (baseline)"] = beam_job(files, str(schema), str(work / f"beam-{n}m"), rows,
+                                                    code=Path(args.baseline).resolve())
+            if args.flink:
+                r["beam on flink"] = flink_job(work, files, str(schema), str(work / f"flink-{n}m"), rows)
             if "loader" not in skip:
                 r["loader"] = loader(str(work / f"spark-{n}m" / "run-1"), rows)
             results[n] = r
@@ -265,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(scaling_table(results, sizes))
 
     if args.small_files:
-        print(small_files(work, data / "rows-00.csv", args.small_files, str(schema), skip))
+        print(small_files(work, data / "rows-00.csv", args.small_files, str(schema), skip, args.repeat,
+                          Path(args.baseline).resolve() if args.baseline else None))
     print(f"\nworkdir: {work}", file=sys.stderr)
     return 0
 
@@ -273,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
 def scaling_table(results: dict, sizes: list[int]) -> str:
     base = results[sizes[0]]
     out = ["| engine | rows | s per 1M rows | vs 1M | peak memory (MB) |", "| --- | ---: | ---: | ---: | --- |"]
-    for engine in ("spark", "beam", "loader"):
+    for engine in ("spark", "beam", "beam (baseline)", "beam on flink", "loader"):
         if engine not in base:
             continue
         per0 = base[engine]["seconds"] / sizes[0]
@@ -281,13 +323,30 @@ def scaling_table(results: dict, sizes: list[int]) -> str:
             r = results[n][engine]
             per = r["seconds"] / n
             mem = (f"driver JVM {r['jvm_mb']:.0f}, Python worker {r['worker_mb']:.0f}" if engine == "spark"
-                   else f"{r['peak_mb']:.0f} (in-process runner: driver + worker)" if engine == "beam"
-                   else f"{r['peak_mb']:.0f}")
+                   else f"job server JVM {r['jvm_mb']:.0f}, Python (submitter + LOOPBACK workers) {r['peak_mb']:.0f}"
+                   if engine == "beam on flink"
+                   else f"{r['peak_mb']:.0f} (in-process runner: driver + worker; load {r['load']:.1f})"
+                   if engine.startswith("beam") else f"{r['peak_mb']:.0f}")
             out.append(f"| {engine} | {n}M | {per:.2f} | {_ratio(per, per0)} | {mem} |")
     return "\n".join(out)
 
 
-def small_files(work: Path, one: Path, n: int, schema: str, skip: set = frozenset()) -> str:
+def _alternated(repeat: int, *runs):
+    """Each of ``runs`` (callables) ``repeat`` times, in turn: [[results of the first], [of the second], ...]."""
+    got = [[] for _ in runs]
+    for _ in range(max(1, repeat)):
+        for k, run in enumerate(runs):
+            got[k].append(run())
+    return got
+
+
+def _median(results: list[dict]) -> dict:
+    ranked = sorted(results, key=lambda r: r["seconds"])
+    return {**ranked[len(ranked) // 2], "all": [round(r["seconds"], 2) for r in results]}
+
+
+def small_files(work: Path, one: Path, n: int, schema: str, skip: set = frozenset(), repeat: int = 3,
+                baseline: Path | None = None) -> str:
     """The small-file table: the engines ``skip`` does not name."""
     small = work / f"small-{n}"
     if not small.exists():
@@ -303,15 +362,24 @@ def small_files(work: Path, one: Path, n: int, schema: str, skip: set = frozense
                        f"**{_ratio(spark_many['seconds'], spark_one['seconds'])}** | {spark_many['files']} shards "
                        f"written from {n:,} files |")
     if "beam" not in skip:
-        beam_one_ = beam_job(str(one), schema, str(work / "sf-beam-one"), rows)
-        beam_many = beam_job(str(small), schema, str(work / "sf-beam-many"), rows)
-        beam_1 = beam_job(str(one), schema, str(work / "sf-beam-1-shard"), rows, num_shards=1)
-        beam_n = beam_job(str(one), schema, str(work / "sf-beam-n-shards"), rows, num_shards=n)
-        out += [f"| Beam pipeline (FnApiRunner) | {beam_one_['seconds']:.1f} | {beam_many['seconds']:.1f} | "
-                f"**{_ratio(beam_many['seconds'], beam_one_['seconds'])}** | default shards |",
-                f"| Beam pipeline writing 1 vs {n:,} shards (1 input file) | {beam_1['seconds']:.1f} | "
-                f"{beam_n['seconds']:.1f} | **{_ratio(beam_n['seconds'], beam_1['seconds'])}** | manifest "
-                f"{beam_n['manifest_bytes']:,} bytes for {n:,} shards |"]
+        if "beam-small-files" not in skip:
+            beam_one_ = beam_job(str(one), schema, str(work / "sf-beam-one"), rows)
+            beam_many = beam_job(str(small), schema, str(work / "sf-beam-many"), rows)
+            out.append(f"| Beam pipeline (FnApiRunner) | {beam_one_['seconds']:.1f} | {beam_many['seconds']:.1f} | "
+                       f"**{_ratio(beam_many['seconds'], beam_one_['seconds'])}** | default shards |")
+        for label, code in (("", REPO), (" (baseline)", baseline)):
+            if code is None:
+                continue
+            runs = _alternated(repeat if not label else 1,
+                               lambda: beam_job(str(one), schema, str(work / "sf-beam-1-shard"), rows, num_shards=1,
+                                                code=code),
+                               lambda: beam_job(str(one), schema, str(work / "sf-beam-n-shards"), rows, num_shards=n,
+                                                code=code))
+            beam_1, beam_n = _median(runs[0]), _median(runs[1])
+            out.append(f"| Beam pipeline{label} writing 1 vs {n:,} shards (1 input file) | {beam_1['seconds']:.1f} | "
+                       f"{beam_n['seconds']:.1f} | **{_ratio(beam_n['seconds'], beam_1['seconds'])}** | medians of "
+                       f"{beam_1['all']} and {beam_n['all']} s; peak {beam_1['peak_mb']:.0f} / {beam_n['peak_mb']:.0f} "
+                       f"MB; load {beam_1['load']:.1f}; manifest {beam_n['manifest_bytes']:,} bytes for {n:,} shards |")
         if "loader" not in skip:
             load_one = loader(str(work / "sf-beam-1-shard"), rows)
             load_many = loader(str(work / "sf-beam-n-shards"), rows)

@@ -193,6 +193,78 @@ def test_more_shards_than_rows_writes_empty_shards(tmp_path):
     assert len(manifest["files"]) == 4 and sum(f["records"] for f in manifest["files"]) == 2
 
 
+def _shard_bytes(out: str) -> dict[str, bytes]:
+    return {f["path"]: (Path(out) / f["path"]).read_bytes() for f in output.read_manifest(out)["files"]}
+
+
+def test_spilled_and_grouped_writers_write_the_same_bytes(tmp_path, monkeypatch):
+    """The in-process runner spills the dealt pieces (the shuffle carries references) and writes small
+    shards in groups; neither changes a byte: the same shard files as pieces sent whole, one shard a
+    writer.  Windows smaller than a shard (a scratch file for a group) keep each shard's rows."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_io.conversion import dealing
+
+    assert tbeam.spills(PipelineOptions([])) and tbeam.spills(PipelineOptions(FNAPI))
+    assert not tbeam.spills(PipelineOptions(["--runner=PortableRunner"]))
+    assert not tbeam.spills(PipelineOptions(["--runner=FlinkRunner"]))
+    (tmp_path / "in").mkdir()
+    for k in range(3):
+        write_example_csv(tmp_path / "in" / f"part-{k}.csv", example_rows(400, seed=k, bad_every=97))
+    kw = dict(num_shards=7, max_reject_fraction=0.05)
+    spilled = run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "spilled"), **kw)
+    want = _shard_bytes(str(tmp_path / "spilled"))
+    assert len(want) == 7 and all(want.values())
+    with monkeypatch.context() as m:  # one shard a writer
+        m.setattr(dealing, "GROUP_INPUT_BYTES", 1)
+        run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "alone"), **kw)
+    with monkeypatch.context() as m:  # the pieces through the shuffle, as on a Java runner
+        m.setattr(tbeam, "spills", lambda options: False)
+        run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "whole"), **kw)
+    assert _shard_bytes(str(tmp_path / "alone")) == want
+    assert _shard_bytes(str(tmp_path / "whole")) == want
+    for per_writer in (1, 1 << 30):  # windows of ~one piece: streamed (one shard) / scratch (a group)
+        with monkeypatch.context() as m:
+            m.setattr(dealing, "HOLD_BYTES", 1)
+            m.setattr(dealing, "GROUP_INPUT_BYTES", per_writer)
+            out = str(tmp_path / f"windows-{per_writer}")
+            result = run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=out, **kw)
+        assert_committed(out, result)
+        got = _shard_bytes(out)
+        assert got.keys() == want.keys()
+        for name in want:  # the same records in each shard
+            assert output_records_of(got[name]) == output_records_of(want[name])
+    assert spilled.totals == result.totals and result.totals.rejected == 12
+
+
+def output_records_of(data: bytes) -> collections.Counter:
+    from tfrecord_io.core.framing import read_records
+    import io
+
+    return collections.Counter(read_records(io.BytesIO(data), compression="none"))
+
+
+def test_read_tasks_send_spill_references_through_the_shuffle(tmp_path):
+    """On the in-process runner what crosses GroupByShard is ``(path, offset, length)``, never the rows:
+    the memory a run takes does not grow with the input."""
+    inp = write_example_csv(tmp_path / "in.csv", example_rows(500, seed=1))
+    conv = tbeam.ConversionOptions(inputs=str(inp), input_format="csv", schema=EXAMPLE_SCHEMA,
+                                   output=str(tmp_path / "out"), num_shards=4)
+    plan = tbeam.plan_conversion(conv)
+    plan.prepare_output()
+    job = tbeam._Job(plan, "run1", spill=True, shards_per_writer=2)
+    read = tbeam.ReadFile(job)
+    read.setup()
+    sent = [x for x in read.process((str(inp),)) if not hasattr(x, "tag")]
+    assert sent and {group for group, _ in sent} == {0, 1}
+    for group, (key, ref) in sent:
+        path, offset, length = ref
+        assert path.startswith(str(tmp_path / "out" / output.TEMPORARY)) and length > 0
+    pieces = list(tbeam.spill.read_pieces([piece for _, piece in sent]))
+    assert sum(b.num_rows for _, data in pieces for b in tbeam.dealing.from_ipc(data)) == 500
+    output.abort(str(tmp_path / "out"))
+
+
 def test_sequence_examples_grouped_and_ordered(tmp_path):
     lines = session_lines(60)
     bad = [json.dumps({"session_id": "s0000", "ts": 500, "item": "x", "price": 1.0}),  # no tags: group reject
@@ -314,7 +386,8 @@ def test_exactly_once_commit_takes_only_reported_attempts(tmp_path):
     recs = pa.array([b"a", b"b"], pa.binary())
     winner = output.write_shard([recs], out, "beam-run1-winner", output.shard_name(0, 1), "none")
     output.write_shard([recs, recs], out, "beam-run1-loser", output.shard_name(0, 1), "none")  # a retry's leftovers
-    report = [{"kind": "records", **output.written_file_dict(winner)}, {"kind": "input", "path": "x", "rows": 2}]
+    report = [{"kind": "records", "files": [output.written_file_dict(winner)]},  # a writer group's files
+              {"kind": "input", "path": "x", "rows": 2}]
     result = tbeam._commit(job, report, "FnApiRunner", {})
     assert result.ok and output_records(out) == collections.Counter({b"a": 1, b"b": 1})
     assert sorted(os.listdir(out)) == ["_SUCCESS", "_manifest.json", "part-00000-of-00001.tfrecord"]

@@ -96,3 +96,45 @@ def test_a_shard_larger_than_the_hold_is_mixed_window_by_window():
     assert max(first) < 20_000 < min(last)  # each window is its own part of the input...
     assert max(first) - min(first) > 5000  # ...mixed within
 
+
+
+@pytest.mark.parametrize("shards,per", [(10, 3), (37, 37), (5, 1), (1000, 64)])
+def test_writer_groups_give_each_shard_the_rows_and_order_it_gets_alone(shards, per):
+    """Pieces of several shards (``shards_per_piece``), split back by shard in a writer, give every
+    shard the same rows in the same (permuted) order as pieces of one shard each."""
+    batches = _batches(20_000, 700)
+
+    def per_shard(k: int, rng: bool) -> dict[int, list[int]]:
+        dealer = dealing.Dealer(shards, first=3, origin="task", shards_per_piece=k)
+        by_group: dict[int, list] = {}
+        for group, piece in [p for b in batches for p in dealer.deal(b)] + list(dealer.finish()):
+            by_group.setdefault(group, []).append(piece)
+        out: dict[int, list[int]] = {}
+        rngs = {} if rng else None
+        for group, pieces in by_group.items():
+            for window in dealing.windows(reversed(pieces), by_key=True):  # arrival order does not matter
+                rows, spans = dealing.split_window(window, group, rngs)
+                assert rows.column_names == ["id", "x", "s"]  # the shard column is dropped
+                for shard, start, n in spans:
+                    assert shard // k == group
+                    out.setdefault(shard, []).extend(rows.column(0).slice(start, n).to_pylist())
+        return out
+
+    for rng in (True, False):
+        alone, grouped = per_shard(1, rng), per_shard(per, rng)
+        assert grouped == alone
+        assert sorted(i for ids in grouped.values() for i in ids) == list(range(20_000))
+    # The per-shard pieces permuted by dealing.shuffled: the same order again.
+    dealer = dealing.Dealer(shards, first=3, origin="task")
+    pieces = [p for b in batches for p in dealer.deal(b)] + list(dealer.finish())
+    for shard in {s for s, _ in pieces}:
+        mine = [piece for s, piece in pieces if s == shard]
+        assert _ids(dealing.shuffled(mine, np.random.default_rng(shard))) == per_shard(per, True)[shard]
+        break
+
+
+def test_shards_per_writer_groups_small_shards_only():
+    assert dealing.shards_per_writer(10_000, 148 << 20) == dealing.MAX_SHARDS_PER_WRITER
+    assert dealing.shards_per_writer(18, 18 * (128 << 20)) == 1  # default shards: one each
+    assert dealing.shards_per_writer(3, 1000) == 3
+    assert dealing.writer_groups(10_000, 1024) == 10 and dealing.writer_groups(7, 1) == 7

@@ -11,7 +11,9 @@ A finished output directory holds::
 
 Exactly-once: a task attempt writes only under ``_temporary/<attempt>/`` and reports what
 it wrote; each shard's record index is written beside it there (``<attempt>/_index/<name>.idx``),
-by the same framing pass, and found from the shard's temporary path.  The driver, once the
+by the same framing pass, and found from the shard's temporary path -- or, from a writer that
+asks for it (``write_shard(..., inline_index=True)``: Beam's, which writes thousands of small
+shards), carried in its report (:attr:`WrittenFile.index`), one file fewer per shard.  The driver, once the
 whole job has succeeded, moves exactly one reported attempt per shard into place and takes its
 index into the manifest (Spark and Beam report only the winning attempt of a task),
 deletes ``_temporary`` with whatever failed or losing attempts left there, and writes
@@ -26,11 +28,12 @@ sets it aside, moves the new output in, and deletes the previous one only once t
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import posixpath
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from tfrecord_io.core.checksum import format_crc
@@ -42,7 +45,7 @@ from tfrecord_io.storage.permissions import Permissions
 from tfrecord_io.storage.replace import PREVIOUS, Commit, check_removable, previous_entries
 from tfrecord_io.core.framing import DEFAULT_COMPRESSION_LEVEL, TFRecordWriter, extension_for, normalize_compression
 from tfrecord_io.storage.index import (MANIFEST_INDEX_VERSION, IndexWriter, encode_lengths, index_uri,
-                                       read_index)
+                                       parse_index, read_index)
 
 TEMPORARY = lease.STAGING  # task attempts write here; the lease on the output lives here too
 DEFAULT_MAX_REJECT_FRACTION = 0.01
@@ -62,6 +65,10 @@ class WrittenFile:
     records: int
     bytes: int
     crc32c: int | None = None  # of the file's bytes as written (record files; None for rejects)
+    index: str | None = None  # its record index (index.encode_lengths) when reported inline, not in _index/
+
+
+_WRITTEN_FIELDS = tuple(WrittenFile.__dataclass_fields__)
 
 
 @dataclass
@@ -258,13 +265,27 @@ def attempt_dir(output: str, attempt: str) -> str:
 
 
 def write_shard(records: Iterable, output: str, attempt: str, final_name: str, compression: str,
-                level: int = DEFAULT_COMPRESSION_LEVEL) -> WrittenFile:
+                level: int = DEFAULT_COMPRESSION_LEVEL, *, inline_index: bool = False) -> WrittenFile:
     """Write batches of serialized records (Arrow binary arrays, or records already framed:
     :class:`~tfrecord_io.core.framing.FramedBatch`, from :func:`tfrecord_io.core.codec.encode_framed`)
     to this attempt's temporary file, and its record index beside it (``_index/<name>.idx``, from the
-    same framing pass)."""
+    same framing pass) or, with ``inline_index``, in the WrittenFile returned (``index``: the
+    encoded lengths)."""
     temp_path = fs.join(attempt_dir(output, attempt), final_name)
     comp = normalize_compression(compression)
+    if inline_index:
+        buf = io.BytesIO()
+        with fs.open(temp_path, "wb") as f:
+            index = IndexWriter(buf, index_uri(temp_path))
+            with TFRecordWriter(f, compression=comp, compression_level=level, index=index) as w:
+                for batch in records:
+                    w.write_batch(batch)
+            index.finish(w.bytes_written, comp)
+        parsed = parse_index(buf.getvalue(), index_uri(temp_path))
+        if parsed.records != w.records_written:
+            raise RuntimeError(f"{temp_path}: its index holds {parsed.records} records, {w.records_written} written")
+        return WrittenFile(temp_path, final_name, w.records_written, w.bytes_written, w.crc32c,
+                           encode_lengths(parsed.lengths))
     with fs.open(temp_path, "wb") as f, fs.open(index_uri(temp_path), "wb") as fi:
         index = IndexWriter(fi, index_uri(temp_path))
         with TFRecordWriter(f, compression=comp, compression_level=level, index=index) as w:
@@ -502,6 +523,8 @@ def _indexes(files: list[WrittenFile]) -> dict[str, str]:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(f: WrittenFile) -> str:
+        if f.index is not None:  # reported inline (write_shard(inline_index=True))
+            return f.index
         try:
             index = read_index(index_uri(f.temp_path))
         except FileNotFoundError as e:
@@ -512,6 +535,8 @@ def _indexes(files: list[WrittenFile]) -> dict[str, str]:
             raise RuntimeError(f"{index.uri}: {index.records} records, but its task reported {f.records}")
         return encode_lengths(index.lengths)
 
+    if all(f.index is not None for f in files):
+        return {f.final_name: f.index for f in files}
     with ThreadPoolExecutor(max(1, min(8, len(files)))) as pool:
         return dict(zip((f.final_name for f in files), pool.map(one, files)))
 
@@ -611,5 +636,6 @@ def write_output(output_dir: str, shards: Iterable[Iterable], *, schema, compres
 
 
 def written_file_dict(f: WrittenFile) -> dict:
-    """A WrittenFile as a plain dict (for returning through Spark rows / Beam elements)."""
-    return asdict(f)
+    """A WrittenFile as a plain dict (for returning through Spark rows / Beam elements).  Field by field:
+    ``dataclasses.asdict`` deep-copies, a cost per shard that ten thousand shards notice."""
+    return {name: getattr(f, name) for name in _WRITTEN_FIELDS}
