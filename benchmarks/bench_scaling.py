@@ -381,11 +381,13 @@ def small_files(work: Path, one: Path, n: int, schema: str, skip: set = frozense
                        f"{beam_1['all']} and {beam_n['all']} s; peak {beam_1['peak_mb']:.0f} / {beam_n['peak_mb']:.0f} "
                        f"MB; load {beam_1['load']:.1f}; manifest {beam_n['manifest_bytes']:,} bytes for {n:,} shards |")
         if "loader" not in skip:
-            load_one = loader(str(work / "sf-beam-1-shard"), rows)
-            load_many = loader(str(work / "sf-beam-n-shards"), rows)
+            ones, manys = _alternated(repeat, lambda: loader(str(work / "sf-beam-1-shard"), rows),
+                                      lambda: loader(str(work / "sf-beam-n-shards"), rows))
+            load_one, load_many = _median(ones), _median(manys)
             out.append(f"| `make_dataset`, 1 shard vs {n:,} shards | {load_one['seconds']:.1f} | "
                        f"{load_many['seconds']:.1f} | **{_ratio(load_many['seconds'], load_one['seconds'])}** | "
-                       f"first batch {load_one['first_batch_s']:.2f} s vs {load_many['first_batch_s']:.2f} s |")
+                       f"medians of {load_one['all']} and {load_many['all']} s; first batch "
+                       f"{load_one['first_batch_s']:.2f} s vs {load_many['first_batch_s']:.2f} s |")
     return "\n".join(out)
 
 
