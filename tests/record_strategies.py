@@ -19,6 +19,7 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import strategies as st
 
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
 from tfrecord_io.core.schema import Feature, Schema
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -190,3 +191,22 @@ def feature_messages(draw) -> bytes:
     if change == "two-lists":
         feature += _field(draw(st.sampled_from([0x0A, 0x12, 0x1A])), b"")
     return feature + extra
+
+
+@st.composite
+def damaged_reads(draw, sequences: bool = False):
+    """``(records, schema, asked)``: encoded Examples (``sequences``: SequenceExamples) of a random
+    schema, some of them damaged (:func:`damaged`), and a non-empty set of its input features to
+    read (column pruning)."""
+    if sequences:
+        schema, groups = draw(sequence_schema_and_groups())
+        batch = sequence_batch(schema, groups)
+        keep = [e is None for e in row_errors(batch, schema)]
+        records = encode_sequence_examples(batch.filter(pa.array(keep, pa.bool_())), schema).to_pylist()
+        names = [f.name for f in schema.input_features]
+    else:
+        schema, rows = draw(schema_and_rows(max_rows=12))
+        records = encode_examples(batch_of(schema, rows), schema).to_pylist()
+        names = [f.name for f in schema.features]
+    asked = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
+    return draw(damaged(records)), schema, asked

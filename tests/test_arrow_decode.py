@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from helpers import examples
 from record_strategies import (
-    ANY_NAMES, I64_MAX, I64_MIN, TYPES, batch_of, damaged, feature_messages, ld, schema_and_rows, schema_of,
+    ANY_NAMES, I64_MAX, I64_MIN, TYPES, batch_of, damaged_reads, feature_messages, ld, schema_and_rows, schema_of,
     sequence_batch, sequence_schema_and_groups, varint,
 )
 from tfrecord_io.core import wire_scan
@@ -599,27 +599,15 @@ def test_a_pruned_read_refuses_the_random_features_not_asked_for_that_the_full_r
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema_and_rows(max_rows=12), st.data())
-def test_a_pruned_read_of_random_records_is_the_full_read_restricted(data, draw):
-    schema, rows = data
-    records = encode_examples(batch_of(schema, rows), schema).to_pylist()
-    records = draw.draw(damaged(records))
-    names = [f.name for f in schema.features]
-    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-    assert_pruned_read_is_the_full_read(records, schema, asked)
+@given(damaged_reads())
+def test_a_pruned_read_of_random_records_is_the_full_read_restricted(read):
+    assert_pruned_read_is_the_full_read(*read)
 
 
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sequence_schema_and_groups(), st.data())
-def test_a_pruned_read_of_random_sequences_is_the_full_read_restricted(data, draw):
-    schema, groups = data
-    batch = sequence_batch(schema, groups)
-    keep = [e is None for e in row_errors(batch, schema)]
-    records = encode_sequence_examples(batch.filter(pa.array(keep, pa.bool_())), schema).to_pylist()
-    records = draw.draw(damaged(records))
-    names = [f.name for f in schema.input_features]
-    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-    assert_pruned_read_is_the_full_read(records, schema, asked)
+@given(damaged_reads(sequences=True))
+def test_a_pruned_read_of_random_sequences_is_the_full_read_restricted(read):
+    assert_pruned_read_is_the_full_read(*read)
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import examples
-from record_strategies import (WIRE_BYTES, batch_of, damaged, feature_messages, ld, schema_and_rows, schema_of,
-                               sequence_batch, sequence_schema_and_groups, varint)
+from record_strategies import (WIRE_BYTES, damaged, damaged_reads, feature_messages, ld, schema_of, sequence_batch,
+                               varint)
 from test_arrow_decode import (BAD_FEATURES, DAMAGED, GOLDEN_EXAMPLE, GOLDEN_SEQUENCE, GOOD_Y, column_bits, entry,
                                example, floats, golden_records, ints, scanned, strings)
 from tfrecord_io.core import native
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
-from tfrecord_io.core.codec import encode_examples, encode_sequence_examples, row_errors
+from tfrecord_io.core.codec import encode_examples, encode_sequence_examples
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.core.wire_scan import Wire, scan_batch
 
@@ -294,29 +294,17 @@ def test_records_made_field_by_field(records, features, feature_lists):
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema_and_rows(max_rows=12), st.data())
-def test_random_examples_damaged_or_not(data, draw):
+@given(damaged_reads())
+def test_random_examples_damaged_or_not(read):
     _require_compiled()
-    schema, rows = data
-    records = encode_examples(batch_of(schema, rows), schema).to_pylist()
-    records = draw.draw(damaged(records))
-    names = [f.name for f in schema.features]
-    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-    same_everything(records, schema, asked)
+    same_everything(*read)
 
 
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sequence_schema_and_groups(), st.data())
-def test_random_sequences_damaged_or_not(data, draw):
+@given(damaged_reads(sequences=True))
+def test_random_sequences_damaged_or_not(read):
     _require_compiled()
-    schema, groups = data
-    batch = sequence_batch(schema, groups)
-    keep = [e is None for e in row_errors(batch, schema)]
-    records = encode_sequence_examples(batch.filter(pa.array(keep, pa.bool_())), schema).to_pylist()
-    records = draw.draw(damaged(records))
-    names = [f.name for f in schema.input_features]
-    asked = draw.draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
-    same_everything(records, schema, asked)
+    same_everything(*read)
 
 
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
