@@ -112,6 +112,23 @@ def test_records_spark_tfrecord_wrote(name, schema, compiled):
     same_scan(pa.array(records, pa.binary()).slice(1))  # an Arrow array whose offsets do not start at 0
 
 
+@pytest.mark.parametrize("arrow_type", [pa.binary(), pa.large_binary()])
+def test_records_borrowed_from_an_arrow_array_decode_as_a_list_does(arrow_type, compiled):
+    """The compiled scan reads an Arrow array's bytes where they lie (no copy, offsets not from 0);
+    the slow path takes an odd record (a key twice) from there too."""
+    good = [example(entry(b"x", ints(i)), entry(b"s", strings(b"v%d" % i))) for i in range(6)]
+    twice = example(entry(b"x", ints(1)), entry(b"x", ints(7)), entry(b"s", strings(b"w")))
+    records = [b"skipped", *good[:3], twice, *good[3:]]
+    schema = schema_of(Feature("x", "int64"), Feature("s", "string"))
+    want = same_decode(records[1:], schema)
+    assert want["x"] == column_bits(pa.array([0, 1, 2, 7, 3, 4, 5]))
+    for kw in ({}, {"features": ["s"]}):
+        assert same_decode(pa.array(records, arrow_type).slice(1), schema, **kw) == same_decode(records[1:], schema, **kw)
+        assert same_decode(pa.chunked_array([pa.array(records[:4], arrow_type).slice(1),
+                                             pa.array(records[4:], arrow_type)]), schema, **kw) == \
+            same_decode(records[1:], schema, **kw)
+
+
 def test_records_tensorflow_serializes(compiled):
     tf = pytest.importorskip("tensorflow")
     records = []

@@ -51,6 +51,7 @@ A compiled equivalent (``native/src/scan.rs``, record by record in Rust) runs in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Collection
 
@@ -81,8 +82,6 @@ _BYTE_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [2**64 - 1], dtyp
 _NOT_UTF8_KEY = -1
 _SEED_ENTRIES = 256  # entries a batch's key table is first built from
 _NO_BYTES = pa.array([], pa.large_binary())
-_PAD_BYTES = bytes(_PAD)
-_PAD_RECORD = pa.array([_PAD_BYTES], pa.large_binary())
 _NO_FLOATS, _NO_INTS = np.empty(0, np.float32), np.empty(0, np.int64)
 
 
@@ -103,8 +102,14 @@ def exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
 
 
 class Wire:
-    """The records of a batch back to back in one zero-padded buffer, and the gathers over it
-    (:func:`scan_wire` scans one; :meth:`record` gives a record's bytes back)."""
+    """The records of a batch back to back, and the gathers over them (:func:`scan_wire` scans one;
+    :meth:`record` gives a record's bytes back).
+
+    The records' bytes are borrowed where they already lie back to back (an Arrow binary array: its
+    data buffer and offsets, no copy) and copied once otherwise (a sequence of ``bytes``).  That is
+    all the compiled scan reads (``data``, ``offsets``: it checks every position against a record's
+    end).  The numpy scan gathers fixed-size rows near a record's end, so its view (``buf``,
+    ``bounds`` ...) is a copy of the records followed by ``_PAD`` zero bytes, made when first used."""
 
     def __init__(self, records):
         if isinstance(records, pa.ChunkedArray):
@@ -114,25 +119,62 @@ class Wire:
                 raise TypeError(f"expected a binary array of serialized records, got {records.type}")
             if records.null_count:
                 raise ValueError("a null record: serialized records cannot be null")
-            records = pa.concat_arrays([records.cast(pa.large_binary()), _PAD_RECORD])
-        else:  # Arrow copies the bytes in C++, the padding as one more value
-            records = pa.array([*records, _PAD_BYTES], pa.large_binary())
-        off = np.frombuffer(records.buffers()[1], dtype=np.int64, count=len(records) + 1, offset=records.offset * 8)
-        bounds = off[:-1] - off[0]  # the records' bounds, the padding after them
-        self.n = len(bounds) - 1
-        self.bounds = bounds  # n + 1: the records' starts, then the first padding byte
-        self.starts, self.ends = bounds[:-1], bounds[1:]
-        self.limit = int(bounds[-1])  # the first padding byte
-        self.arrow = records.buffers()[2].slice(int(off[0]), int(off[-1] - off[0]))
-        self.raw = memoryview(self.arrow).cast("B")  # unsigned bytes (Arrow buffers export signed ones)
-        self.buf = np.frombuffer(self.arrow, dtype=np.uint8)
-        # Views of k raw bytes from every byte (element i: the bytes at i..i+k-1), made as needed:
-        # numpy gathers an element as one copy, so a row of several words costs about what one
-        # unaligned integer does.
+        else:
+            records = pa.array(records, pa.large_binary())  # Arrow copies the bytes in C++
+        width = np.int64 if pa.types.is_large_binary(records.type) else np.int32
+        _, off_buf, data = records.buffers()
+        self._borrow(np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
+                     np.frombuffer(off_buf, dtype=width, count=len(records) + 1,
+                                   offset=records.offset * np.dtype(width).itemsize).astype(np.int64, copy=False))
+
+    def _borrow(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        self.n = len(offsets) - 1
+        #: the bytes the records lie in, and n + 1 rising positions in them: record i is
+        #: ``data[offsets[i]:offsets[i + 1]]``
+        self.data, self.offsets = data, offsets
+        # Views of k raw bytes from every byte of the padded copy (element i: the bytes at
+        # i..i+k-1), made as needed: numpy gathers an element as one copy, so a row of several
+        # words costs about what one unaligned integer does.
         self._views: dict[int, np.ndarray] = {}
 
     def record(self, i: int) -> bytes:
-        return self.raw[self.starts[i]:self.ends[i]].tobytes()
+        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
+
+    @functools.cached_property
+    def buf(self) -> np.ndarray:
+        """The records back to back from position 0, then ``_PAD`` zero bytes (the numpy scan's)."""
+        first, last = int(self.offsets[0]), int(self.offsets[-1])
+        out = np.zeros(last - first + _PAD, dtype=np.uint8)
+        out[:last - first] = self.data[first:last]
+        return out
+
+    @functools.cached_property
+    def bounds(self) -> np.ndarray:
+        """n + 1 positions in :attr:`buf`: the records' starts, then the first padding byte."""
+        return self.offsets - self.offsets[0]
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.bounds[:-1]
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.bounds[1:]
+
+    @property
+    def limit(self) -> int:
+        """The first padding byte of :attr:`buf`."""
+        return int(self.bounds[-1])
+
+    @functools.cached_property
+    def arrow(self) -> pa.Buffer:
+        """:attr:`buf` without its padding, as an Arrow buffer."""
+        return pa.py_buffer(self.buf[:self.limit])
+
+    @functools.cached_property
+    def raw(self) -> memoryview:
+        """:attr:`buf` without its padding, as unsigned bytes."""
+        return memoryview(self.buf[:self.limit])
 
     def _bytes_at(self, pos: np.ndarray, size: int) -> np.ndarray:
         view = self._views.get(size)
@@ -1019,7 +1061,7 @@ def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
     same features and values (``tests/test_native_scan.py``); the dicts in the order the keys
     first appear."""
     odd, has_lists, found, lists = compiled.scan_examples(
-        wire.buf, wire.bounds, None if features is None else list(features),
+        wire.data, wire.offsets, None if features is None else list(features),
         None if feature_lists is None else list(feature_lists))
     return Scan(wire.n, np.frombuffer(odd, bool), np.frombuffer(has_lists, bool),
                 {name: ScannedFeature(_compiled_column(owners, np.int64), _compiled_values(*values))
