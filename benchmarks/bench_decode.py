@@ -2,14 +2,16 @@
 
 Data: ``bench_encode.make_table`` (N rows x 17 columns: 10 float, 5 int64, 1 string, 1 int64 label)
 encoded by our encoder, as Examples, and as SequenceExamples of --steps rows each (category and
-label the context, the 15 numbers one feature list each).  The records are Python ``bytes`` in
-batches of --batch-records (what a file reader hands over); each path turns a batch into columns
-in memory:
+label the context, the 15 numbers one feature list each), in batches of --batch-records.  Each
+parser gets a batch as its readers hand it over, made before the timing: ours an Arrow binary
+array (what the chunk walk of ``read_batches`` and ``spark.read`` gives decode_batch), TensorFlow's
+a string tensor (what ``TFRecordDataset`` gives ``parse_example``); each path turns a batch into
+columns in memory:
 
     ours:      arrow_decode.decode_batch(records, schema)                  -> Arrow columns
                on the compiled core (native/src/scan.rs) and on the numpy one (wire_scan.py), the
                rows "native" and "numpy" (--core: one of them only)
-    TF:        tf.io.parse_example(tf.constant(records), spec) + .numpy()  -> numpy arrays
+    TF:        tf.io.parse_example(records, spec) + .numpy()               -> numpy arrays
                (spec: RaggedFeature per feature, which reads what ours reads -- any number of
                values, a missing feature -- and FixedLenFeature, make_dataset's for scalars);
                SequenceExamples: tf.io.parse_sequence_example, RaggedFeature everywhere
@@ -78,12 +80,12 @@ def tf_paths():
     def examples(spec):
         def run(batches):
             for b in batches:
-                numpy(tf.io.parse_example(tf.constant(b), spec))
+                numpy(tf.io.parse_example(b, spec))
         return run
 
     def sequences(batches):
         for b in batches:
-            c, s, _ = tf.io.parse_sequence_example(tf.constant(b), context_features=ctx, sequence_features=seq)
+            c, s, _ = tf.io.parse_sequence_example(b, context_features=ctx, sequence_features=seq)
             numpy(c)
             numpy(s)
 
@@ -113,7 +115,11 @@ def main() -> None:
     def batched(records):
         return [records[i:i + args.batch_records] for i in range(0, len(records), args.batch_records)]
 
-    ex_batches, seq_batches = batched(examples), batched(sequences)
+    import tensorflow as tf
+
+    ex_batches, seq_batches = batched(pa.array(examples, pa.binary())), batched(pa.array(sequences, pa.binary()))
+    ex_tensors, seq_tensors = ([tf.constant(b.to_numpy(zero_copy_only=False)) for b in batches]
+                               for batches in (ex_batches, seq_batches))
     tf_ragged, tf_fixed, tf_seq = tf_paths()
     def on(core, run):
         """``run`` on one record core."""
@@ -129,13 +135,13 @@ def main() -> None:
     paths = {
         **{("Example", f"tfrecord-io decode_batch, {c}"): (
             len(examples), on(c, lambda: [decode_batch(b, SCHEMA) for b in ex_batches])) for c in cores},
-        ("Example", "TF parse_example, RaggedFeature"): (len(examples), lambda: tf_ragged(ex_batches)),
-        ("Example", "TF parse_example, FixedLenFeature"): (len(examples), lambda: tf_fixed(ex_batches)),
+        ("Example", "TF parse_example, RaggedFeature"): (len(examples), lambda: tf_ragged(ex_tensors)),
+        ("Example", "TF parse_example, FixedLenFeature"): (len(examples), lambda: tf_fixed(ex_tensors)),
         ("Example", "decode.py decode_record"): (min(args.slow_records, len(examples)),
                                                  lambda: [decode_record(r) for r in examples[:args.slow_records]]),
         **{("SequenceExample", f"tfrecord-io decode_batch, {c}"): (
             len(sequences), on(c, lambda: [decode_batch(b, SEQ_SCHEMA) for b in seq_batches])) for c in cores},
-        ("SequenceExample", "TF parse_sequence_example, RaggedFeature"): (len(sequences), lambda: tf_seq(seq_batches)),
+        ("SequenceExample", "TF parse_sequence_example, RaggedFeature"): (len(sequences), lambda: tf_seq(seq_tensors)),
         ("SequenceExample", "decode.py decode_record"): (
             min(args.slow_records // args.steps, len(sequences)),
             lambda: [decode_record(r) for r in sequences[:args.slow_records // args.steps]]),

@@ -385,6 +385,9 @@ class Values:
     ints: np.ndarray
     data: pa.Array
     bad: np.ndarray = field(repr=False)  # slots the fast path cannot take
+    #: the kind every slot has, each slot holding one value, when the scan knows it without a look
+    #: at ``kind`` and ``counts`` (the compiled scan's usual scalar column); None: look
+    one: int | None = field(default=None, repr=False, compare=False)
 
     def select(self, keep: np.ndarray) -> "Values":
         """The slots where ``keep`` (a bool mask) holds, with their values."""
@@ -1035,24 +1038,40 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
                 {n: ScannedList(*v) for n, v in lists.items()})
 
 
+_RUNS: dict[tuple, np.ndarray] = {}  # the compiled scan's runs as arrays, read-only, kept for the next batch
+
+
+def _run(n: int, value: int | None, dtype) -> np.ndarray:
+    """``n`` items of ``value`` (None: 0, 1, 2...), read-only: made once per batch size, not per
+    feature and batch (a column of a batch's records is most often one of a few such runs)."""
+    key = (n, value, np.dtype(dtype).char)
+    run = _RUNS.get(key)
+    if run is None:
+        if len(_RUNS) >= 64:
+            _RUNS.clear()
+        run = np.arange(n, dtype=dtype) if value is None else np.full(n, value, dtype=dtype)
+        run.flags.writeable = False
+        _RUNS[key] = run
+    return run
+
+
 def _compiled_column(column, dtype) -> np.ndarray:
     """A column of the compiled scan: (length, items as a bytearray, or the one value they all have,
     or None for 0, 1, 2...)."""
     n, items = column
-    if items is None:
-        return np.arange(n, dtype=dtype)
-    if isinstance(items, int):
-        return np.full(n, items, dtype=dtype)
+    if items is None or isinstance(items, int):
+        return _run(n, items, dtype)
     return np.frombuffer(items, dtype)
 
 
 def _compiled_values(kind, counts, floats, ints, offsets, data) -> Values:
     """The :class:`Values` of a feature from the compiled scan (its bytearrays wrapped, not copied)."""
+    one = kind[1] if isinstance(kind[1], int) and counts[1] == 1 else None
     kind = _compiled_column(kind, np.uint8)
     return Values(kind, _compiled_column(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
                   pa.Array.from_buffers(pa.large_binary(), len(offsets) // 8 - 1,
                                         [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
-                  np.zeros(len(kind), dtype=bool))
+                  _run(len(kind), False, bool), one=one)
 
 
 def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
