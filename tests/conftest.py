@@ -133,6 +133,18 @@ def _jvm_only_where_marked(request, monkeypatch, tmp_path_factory):
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
+@pytest.fixture(autouse=True)
+def _leases_end_with_their_test():
+    """A lease a test takes and leaves (``prepare_output`` without a commit) stops being renewed
+    when the test ends: its heartbeat would outlive the test's HDFS and warn in later tests."""
+    from tfrecord_io.storage import lease
+
+    before = set(lease.held())
+    yield
+    for output in set(lease.held()) - before:
+        lease.release(output, ended=False)
+
+
 @pytest.fixture
 def own_hdfs():
     """For a test that starts an HDFS of its own (``hdfs_local.start`` or ``hdfs-local start``):

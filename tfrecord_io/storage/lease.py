@@ -38,7 +38,7 @@ from tfrecord_io.storage import fs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HEARTBEAT_S", "LEASE", "STAGING", "STALE_AFTER_S", "Lease", "held_here", "hold", "read_lease", "release"]
+__all__ = ["HEARTBEAT_S", "LEASE", "STAGING", "STALE_AFTER_S", "Lease", "held", "held_here", "hold", "read_lease", "release"]
 
 STAGING = "_temporary"  # an output's staging (output.TEMPORARY): task attempts, and the lease
 LEASE = "_lease.json"
@@ -168,6 +168,12 @@ def held_here(output: str) -> str | None:
     with _held_lock:
         holder = _held.get(_key(output))
     return holder.lease.run if holder is not None else None
+
+
+def held() -> list[str]:
+    """The outputs whose leases this process holds (and renews)."""
+    with _held_lock:
+        return list(_held)
 
 
 def release(output: str, *, ended: bool) -> None:
