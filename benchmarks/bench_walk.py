@@ -5,6 +5,9 @@ the converter's output) and bench_index's file of mixed record sizes (a few KiB,
 ``--mb``).  Each round, in alternating order, times on each file (all in the page cache):
 
 * the floor: reading the file's bytes in 1 MiB reads, as the walks read it;
+* the CRC floor: the same reads, each read's CRC-32C computed as one stream (``google_crc32c``,
+  hardware CRC instructions).  A walk that checks every record's data CRC cannot cost less than
+  this: the last column reports each walk against it;
 * ``iter_record_lengths``: the header walk of ``tfrecord-io index`` (length CRCs checked);
 * ``storage.index.build_index``: ``tfrecord-io index`` itself (the walk, then the index file);
 * ``iter_records(verify=True)``: the record-at-a-time CRC walk (both CRCs of every record, each
@@ -39,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_encode import SCHEMA, make_table  # noqa: E402
-from tfrecord_io.core import native  # noqa: E402
+from tfrecord_io.core import checksum, native  # noqa: E402
 from tfrecord_io.core.codec import encode_examples  # noqa: E402
 from tfrecord_io.commands import verify  # noqa: E402
 from tfrecord_io.core.framing import (  # noqa: E402
@@ -70,6 +73,13 @@ def read_bytes(path: str) -> None:
     with open(path, "rb") as f:
         while f.read(1 << 20):
             pass
+
+
+def read_and_crc(path: str) -> None:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = checksum.extend(crc, chunk)
 
 
 def lengths(path: str) -> None:
@@ -113,7 +123,8 @@ def verify_file(path: str) -> None:
         raise SystemExit(f"verify found problems in {path}: {found.problems[:3]}")
 
 
-WALKS = {"read the bytes (floor)": read_bytes, "iter_record_lengths (index's walk)": lengths,
+CRC_FLOOR = "read + CRC-32C of the bytes (the CRC floor)"
+WALKS = {"read the bytes (floor)": read_bytes, CRC_FLOOR: read_and_crc, "iter_record_lengths (index's walk)": lengths,
          "tfrecord-io index (build_index)": index, "iter_records, verify=True (record at a time)": verify_walk,
          "iter_record_chunks, gather=False (verify's CRC walk)": chunk_walk,
          "iter_record_chunks + chunk_records (verify's read)": chunk_read,
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 for walk, fn in (WALKS.items() if r % 2 == 0 else reversed(WALKS.items())):
                     if fn in SMALL_ONLY and path != paths[0]:
                         continue
-                    cores = ("native", "numpy") if fn is not read_bytes else ("-",)
+                    cores = ("native", "numpy") if fn not in (read_bytes, read_and_crc) else ("-",)
                     for core in (cores if r % 2 == 0 else tuple(reversed(cores))):
                         if core == "numpy":
                             with native.pure():
@@ -162,16 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbench_walk on {platform.node()}, load average {os.getloadavg()[0]:.1f} at the end "
           f"({os.cpu_count()} cores, Python {platform.python_version()}), "
           f"{args.rounds} interleaved rounds, files in the page cache\n")
-    print("| file | walk | core | MB/s (median) | vs reading the bytes (median of round ratios) |")
-    print("| --- | --- | --- | ---: | ---: |")
+    print("| file | walk | core | MB/s (median) | vs reading the bytes (median of round ratios) "
+          "| vs the CRC floor (median of round ratios) |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
     for name in files:
         floor = seconds[(name, "read the bytes (floor)", "-")]
+        crc_floor = seconds[(name, CRC_FLOOR, "-")]
         for (fname, walk, core), times in seconds.items():
             if fname != name:
                 continue
             ratio = statistics.median(f / t for f, t in zip(floor, times))
+            vs_crc = statistics.median(f / t for f, t in zip(crc_floor, times))
             print(f"| {name} ({sizes[name] / 1e6:,.0f} MB) | {walk} | {core} | "
-                  f"{sizes[name] / 1e6 / statistics.median(times):,.0f} | {ratio:.2f}x |")
+                  f"{sizes[name] / 1e6 / statistics.median(times):,.0f} | {ratio:.2f}x | {vs_crc:.2f}x |")
     return 0
 
 
