@@ -362,3 +362,17 @@ def test_a_long_length_far_into_a_long_list_is_odd_however_many_records_are_that
         assert scan_batch(batch).odd.tolist() == [False] * (records - 1) + [True]
     if native.active() is not None:
         assert same_scan(batch)[1][-1]
+
+
+def test_the_runs_kept_from_batch_to_batch_stay_small(compiled):
+    """The compiled scan's usual columns (0, 1, 2...; one kind; one value) are shared read-only
+    arrays kept for the next batch: never one of a huge batch, never more than 64 of them."""
+    from tfrecord_io.core import wire_scan
+
+    schema = schema_of(Feature("x", "int64"), Feature("w", "float"))
+    record = example(entry(b"x", ints(1)), entry(b"w", floats(0.5)))
+    for n in (70_000, *range(100, 180)):
+        batch = decode_batch([record] * n, schema)
+        assert batch.column("x").to_pylist() == [1] * n and batch.column("w").to_pylist() == [0.5] * n
+    kept = list(wire_scan._RUNS.values())
+    assert kept and len(kept) <= 64 and all(len(a) <= 1 << 16 and not a.flags.writeable for a in kept)

@@ -1039,6 +1039,7 @@ def scan_wire(wire: Wire, features: Collection[str] | None = None,
 
 
 _RUNS: dict[tuple, np.ndarray] = {}  # the compiled scan's runs as arrays, read-only, kept for the next batch
+_RUNS_KEPT, _RUN_KEPT_MAX = 64, 1 << 16  # at most 64 kept, each of at most 65,536 items (<= 32 MiB in all)
 
 
 def _run(n: int, value: int | None, dtype) -> np.ndarray:
@@ -1047,11 +1048,12 @@ def _run(n: int, value: int | None, dtype) -> np.ndarray:
     key = (n, value, np.dtype(dtype).char)
     run = _RUNS.get(key)
     if run is None:
-        if len(_RUNS) >= 64:
-            _RUNS.clear()
         run = np.arange(n, dtype=dtype) if value is None else np.full(n, value, dtype=dtype)
         run.flags.writeable = False
-        _RUNS[key] = run
+        if n <= _RUN_KEPT_MAX:
+            if len(_RUNS) >= _RUNS_KEPT:
+                _RUNS.clear()
+            _RUNS[key] = run
     return run
 
 
