@@ -74,51 +74,30 @@ pub fn masked_crcs(data: &[&[u8]], out: &mut [u32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
 unsafe fn lanes_sse42<const N: usize>(data: [&[u8]; N]) -> [u32; N] {
-    use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let word = |d: &[u8], w: usize| u64::from_le_bytes(d[8 * w..8 * w + 8].try_into().unwrap());
     let mut crc = [0xFFFF_FFFFu64; N];
-    let words: [usize; N] = data.map(|d| d.len() / 8);
-    let common = words.iter().copied().min().unwrap_or(0);
-    let most = words.iter().copied().max().unwrap_or(0);
-    // Each lane's words as fixed-size arrays: no bounds check per word.
-    let lanes: [&[[u8; 8]]; N] = data.map(|d| d[..8 * (d.len() / 8)].as_chunks::<8>().0);
+    let common = data.iter().map(|d| d.len() / 8).min().unwrap_or(0);
+    // The words all lanes have, as fixed-size arrays: no bounds check per word.
+    let lanes: [&[[u8; 8]]; N] = data.map(|d| d[..8 * common].as_chunks::<8>().0);
     for w in 0..common {
         for k in 0..N {
             crc[k] = _mm_crc32_u64(crc[k], u64::from_le_bytes(lanes[k][w]));
         }
     }
-    // The longer lanes' last words, still interleaved (one lane alone would wait on each result).
-    for w in common..most {
-        for k in 0..N {
-            if let Some(word) = lanes[k].get(w) {
-                crc[k] = _mm_crc32_u64(crc[k], u64::from_le_bytes(*word));
-            }
-        }
-    }
-    // The last 0-7 bytes of each lane as at most a 4-, a 2- and a 1-byte step (the same CRC as
-    // byte by byte: the instructions take their bytes in little-endian order), interleaved.
-    let mut c = crc.map(|x| x as u32);
-    let mut rest: [&[u8]; N] = data;
+    let mut out = [0u32; N];
     for k in 0..N {
-        rest[k] = &data[k][8 * words[k]..];
-    }
-    for k in 0..N {
-        if let Some((four, tail)) = rest[k].split_first_chunk::<4>() {
-            c[k] = _mm_crc32_u32(c[k], u32::from_le_bytes(*four));
-            rest[k] = tail;
+        let d = data[k];
+        for w in common..d.len() / 8 {
+            crc[k] = _mm_crc32_u64(crc[k], word(d, w));
         }
-    }
-    for k in 0..N {
-        if let Some((two, tail)) = rest[k].split_first_chunk::<2>() {
-            c[k] = _mm_crc32_u16(c[k], u16::from_le_bytes(*two));
-            rest[k] = tail;
+        let mut c = crc[k] as u32;
+        for &b in &d[d.len() / 8 * 8..] {
+            c = _mm_crc32_u8(c, b);
         }
+        out[k] = !c;
     }
-    for k in 0..N {
-        if let Some(&one) = rest[k].first() {
-            c[k] = _mm_crc32_u8(c[k], one);
-        }
-    }
-    c.map(|x| !x)
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
