@@ -155,11 +155,9 @@ def _column(f: Feature, values: Values, rows: np.ndarray, n: int, record_of_row:
     the other rows lack the feature): scalars are null unless their slot has one value, lists are
     null where there is no slot.  ``record_of_row`` names the record of a row in errors."""
     kind = KIND_CODE[f.kind]
-    if kind == KIND_FLOAT and (values.one == KIND_INT64 if values.one is not None else
-                               (values.kind == KIND_INT64).any()):
+    if kind == KIND_FLOAT and values.any_of_kind(KIND_INT64):
         values = _widened(values)
-    if not f.is_list and len(rows) == n and (values.one == kind if values.one is not None else
-                                             ((values.kind == kind).all() and (values.counts == 1).all())):
+    if not f.is_list and len(rows) == n and values.one_each_of_kind(kind):
         # every row holds one value (the usual scalar): the values are the column
         if f.type in ("bytes", "string"):
             return _strings(values.data, f, record_of_row, fail).cast(_ARROW[f.type])

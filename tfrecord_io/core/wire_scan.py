@@ -123,15 +123,12 @@ class Wire:
             records = pa.array(records, pa.large_binary())  # Arrow copies the bytes in C++
         width = np.int64 if pa.types.is_large_binary(records.type) else np.int32
         _, off_buf, data = records.buffers()
-        self._borrow(np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
-                     np.frombuffer(off_buf, dtype=width, count=len(records) + 1,
-                                   offset=records.offset * np.dtype(width).itemsize).astype(np.int64, copy=False))
-
-    def _borrow(self, data: np.ndarray, offsets: np.ndarray) -> None:
-        self.n = len(offsets) - 1
+        self.n = len(records)
         #: the bytes the records lie in, and n + 1 rising positions in them: record i is
         #: ``data[offsets[i]:offsets[i + 1]]``
-        self.data, self.offsets = data, offsets
+        self.data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        self.offsets = np.frombuffer(off_buf, dtype=width, count=self.n + 1,
+                                     offset=records.offset * np.dtype(width).itemsize).astype(np.int64, copy=False)
         # Views of k raw bytes from every byte of the padded copy (element i: the bytes at
         # i..i+k-1), made as needed: numpy gathers an element as one copy, so a row of several
         # words costs about what one unaligned integer does.
@@ -388,6 +385,16 @@ class Values:
     #: the kind every slot has, each slot holding one value, when the scan knows it without a look
     #: at ``kind`` and ``counts`` (the compiled scan's usual scalar column); None: look
     one: int | None = field(default=None, repr=False, compare=False)
+
+    def any_of_kind(self, kind: int) -> bool:
+        """Whether a slot has ``kind``."""
+        return self.one == kind if self.one is not None else bool((self.kind == kind).any())
+
+    def one_each_of_kind(self, kind: int) -> bool:
+        """Whether every slot holds one value, of ``kind``."""
+        if self.one is not None:
+            return self.one == kind
+        return bool((self.kind == kind).all() and (self.counts == 1).all())
 
     def select(self, keep: np.ndarray) -> "Values":
         """The slots where ``keep`` (a bool mask) holds, with their values."""
