@@ -206,8 +206,9 @@ def test_spilled_and_grouped_writers_write_the_same_bytes(tmp_path, monkeypatch)
     from tfrecord_io.conversion import dealing
 
     assert tbeam.spills(PipelineOptions([])) and tbeam.spills(PipelineOptions(FNAPI))
-    assert not tbeam.spills(PipelineOptions(["--runner=PortableRunner"]))
-    assert not tbeam.spills(PipelineOptions(["--runner=FlinkRunner"]))
+    assert tbeam.spills(PipelineOptions(["--runner=PortableRunner"]))
+    assert tbeam.spills(PipelineOptions(["--runner=FlinkRunner"]))
+    assert not tbeam.spills(PipelineOptions(["--runner=DataflowRunner"]))
     (tmp_path / "in").mkdir()
     for k in range(3):
         write_example_csv(tmp_path / "in" / f"part-{k}.csv", example_rows(400, seed=k, bad_every=97))
@@ -218,7 +219,7 @@ def test_spilled_and_grouped_writers_write_the_same_bytes(tmp_path, monkeypatch)
     with monkeypatch.context() as m:  # one shard a writer
         m.setattr(dealing, "GROUP_INPUT_BYTES", 1)
         run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "alone"), **kw)
-    with monkeypatch.context() as m:  # the pieces through the shuffle, as on a Java runner
+    with monkeypatch.context() as m:  # the pieces through the shuffle, as on Dataflow
         m.setattr(tbeam, "spills", lambda options: False)
         run(tmp_path, tmp_path / "in", "csv", EXAMPLE_SCHEMA, output=str(tmp_path / "whole"), **kw)
     assert _shard_bytes(str(tmp_path / "alone")) == want

@@ -1,4 +1,4 @@
-"""Dealt pieces spilled to files, for runners that keep a shuffle in memory.
+"""Dealt pieces spilled to files, for runners whose shuffle would hold them whole in memory.
 
 Beam's in-process runner (the ``FnApiRunner`` that ``DirectRunner`` falls back to) runs one stage
 at a time and holds a stage's whole output in memory, across a ``GroupByKey``: every dealt piece
@@ -8,7 +8,9 @@ pieces to one file of its own under the output's ``_temporary/`` (:class:`SpillW
 only a reference ``(path, offset, length)`` through the shuffle; the writers read their pieces back
 (:func:`read_pieces`) in key order.  The shuffle then holds a few hundred small tuples, and the peak
 memory is a read task's buffers plus a writer's window (:data:`~tfrecord_io.conversion.dealing.HOLD_BYTES`),
-whatever the number of rows.
+whatever the number of rows.  The portable runners (Flink's and Spark's job servers) spill too: a
+key's grouped values reach the SDK worker as one element, built whole in the job server's heap
+(:func:`tfrecord_io.engines.beam.spills` says which runners).
 
 The files are written and read through :mod:`tfrecord_io.storage.fs` (the output's filesystem,
 which every worker can reach), and they go with ``_temporary``: deleted by the commit, or by the

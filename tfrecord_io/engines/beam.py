@@ -34,8 +34,9 @@ resident memory for 1M rows, 7.9 GB for 16M).  So on the runners of :data:`IN_PR
 (:mod:`tfrecord_io.conversion.spill`); the writers read them back in key order.  The peak is then a
 read task's buffers plus a writer's window (``dealing.HOLD_BYTES``), whatever the number of rows
 (~0.6 GB at 1M, 4M and 16M rows), for a scratch disk about the size of the typed rows until the
-commit removes ``_temporary``.  Java runners (Flink, Spark) shuffle on disk themselves: there the
-pieces go through the shuffle as bytes, as before.
+commit removes ``_temporary``.  The portable runners (Flink, Spark job servers) spill too: their
+shuffle is on disk, but a key's values reach the worker as one element, whole in the job
+server's heap (:func:`spills`).  Only Dataflow's pieces go through the shuffle as bytes.
 
 SequenceExample records add a ``GroupByKey`` on the ``group_by`` value before encoding:
 ``ReadFile`` emits each group's rows of a batch as one element keyed by the group (and each
@@ -714,18 +715,30 @@ def runner_that_ran(result, requested: str | None = None) -> str:
     return f"{module}.{name}"
 
 
-#: Runners that run on this machine and hold a shuffle in memory: their pieces are spilled
-#: (:mod:`tfrecord_io.conversion.spill`).  DirectRunner is Prism or, offline, the FnApiRunner.
+#: Runners that run on this machine and hold a shuffle in memory.  DirectRunner is Prism or,
+#: offline, the FnApiRunner.
 IN_PROCESS_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner", "FnApiRunner", "BundleBasedDirectRunner",
                                 "PrismRunner"})
+#: Runners whose shuffle hands a key's values to the worker as a stream: their pieces go through
+#: the shuffle as bytes.
+STREAMED_SHUFFLE_RUNNERS = frozenset({"DataflowRunner", "TestDataflowRunner"})
 
 
 def spills(options: PipelineOptions) -> bool:
-    """Does a run with these options spill its dealt pieces (an in-process runner: :data:`IN_PROCESS_RUNNERS`,
-    ``DirectRunner`` when none is named)?  Java runners (Flink, Spark) and Dataflow shuffle on disk."""
+    """Does a run with these options spill its dealt pieces (:mod:`tfrecord_io.conversion.spill`)?
+
+    Every runner but Dataflow.  The in-process runners (:data:`IN_PROCESS_RUNNERS`) keep a whole
+    stage's output in memory.  The portable runners (Flink's and Spark's job servers) shuffle on
+    disk, but hand a key's grouped values to the SDK worker as one element, built whole in the job
+    server's heap and decoded whole in Python: a shard's pieces, about 120 MB at 900,000 rows of
+    17 columns.  On the local Flink of ``tfrecord-io flink-local`` (1 GB of heap) 16M rows ran the
+    job server out of memory (``bench_scaling.py --flink``, 2026-12-05), and the Python peak grew
+    with the rows.  Spilled, the shuffle carries ``(path, offset, length)`` references; the spill
+    files live under the output's ``_temporary/``, on the output's filesystem, which every
+    worker already writes its shards to.  Dataflow's shuffle streams a key's values
+    (:data:`STREAMED_SHUFFLE_RUNNERS`)."""
     runner = _requested_runner(options) or StandardOptions.DEFAULT_RUNNER
-    name = runner.rsplit(".", 1)[-1]
-    return name in IN_PROCESS_RUNNERS or name.lower() in ("direct", "prism")
+    return runner.rsplit(".", 1)[-1] not in STREAMED_SHUFFLE_RUNNERS
 
 
 def _requested_runner(options) -> str | None:
