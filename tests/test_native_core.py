@@ -496,6 +496,43 @@ def test_examples_of_every_kind_with_extremes_nulls_and_empty_lists(compiled):
                                                   {"b": None, "x": None}]), big)
 
 
+def test_examples_of_many_rows_cross_the_encoders_blocks(compiled):
+    """More rows than the compiled encoder writes at a time (256 a block, each entry of a block in
+    turn): float and int64 scalars without nulls (the fixed-prefix paths), under short names and
+    names too long for a fixed prefix, beside strings long enough for 2-byte entry lengths and a
+    ragged list; the whole batch and a slice of it, byte for byte the numpy core's."""
+    long = "n" * 40
+    schema = schema_of(Feature("f", "float"), Feature("i", "int64"), Feature(long + "f", "float"),
+                       Feature(long + "i", "int64"), Feature("s", "string"), Feature("fl", "float", shape=(-1,)))
+    rng = np.random.default_rng(7)
+    rows = [{"f": float(rng.normal()), "i": EXTREMES[k % len(EXTREMES)], long + "f": float(k),
+             long + "i": int(rng.integers(-2**40, 2**40)), "s": "v" * (k % 300), "fl": [0.5] * (k % 5)}
+            for k in range(1000)]
+    _same_records_whole_and_sliced(encode_examples, batch_of(schema, rows), schema)
+
+
+def test_a_framed_batch_kept_is_not_overwritten_by_later_batches(compiled):
+    """encode_framed's compiled buffers are reused from batch to batch, but only once let go: a
+    batch still held keeps its bytes; the buffer is read-only."""
+    schema = schema_of(Feature("f", "float"), Feature("i", "int64"))
+
+    def batch(seed):
+        rng = np.random.default_rng(seed)
+        return batch_of(schema, [{"f": float(x), "i": int(y)} for x, y in
+                                 zip(rng.normal(size=3000), rng.integers(-10**9, 10**9, 3000))])
+
+    [(lengths, kept)] = list(encode_framed(batch(0), schema).parts())
+    want = bytes(kept)
+    assert want == frame_records(encode_examples(batch(0), schema)) and int(lengths.sum()) + 16 * 3000 == len(want)
+    for seed in range(1, 6):  # later batches of the same size, each let go at once
+        assert bytes(_framed(batch(seed), schema)[0]) != want
+    assert bytes(kept) == want
+    view = memoryview(kept)
+    assert view.readonly and view.format == "B" and view.nbytes == len(want)
+    with pytest.raises(TypeError):
+        view[0] = 1
+
+
 def test_sequence_examples_with_and_without_context(compiled):
     sequence = (Feature("t", "int64", default=0), Feature("w", "string", shape=(2,), default=("x", "y")),
                 Feature("v", "float", shape=(2,)), Feature("r", "bytes", shape=(-1,)))

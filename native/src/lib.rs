@@ -30,5 +30,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode::encode_examples, m)?)?;
     m.add_function(wrap_pyfunction!(encode::encode_sequence_examples, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan_examples, m)?)?;
+    m.add_class::<encode::FramedBuffer>()?;
     Ok(())
 }
