@@ -5,7 +5,10 @@
 //! list written as a present, empty list, packed floats and int64s (the packed field itself only
 //! when there are values), bytes values each as their own field.  Two passes: the length of
 //! every nested message first (protobuf puts each length before its bytes), then the bytes, each
-//! record written once into one output buffer.
+//! record written once into one output buffer -- a block of rows at a time, an entry (column) at
+//! a time within the block, so that each column's loop is one tight loop (a float or int64
+//! scalar: a fixed-size prefix copy and its value), and the block's records are checksummed
+//! while they are in cache.  A framed batch's buffer is kept for the next batch once let go.
 //!
 //! Wire layout (every field length-delimited, tag = field << 3 | 2):
 //!   Example  = 0x0a len Features;  Features = (0x0a len MapEntry)*;
