@@ -652,13 +652,28 @@ def _beam_read(path: Path) -> list[bytes]:
     return out
 
 
+@pytest.mark.parametrize("core", ["compiled", "numpy"])
 @pytest.mark.parametrize("threads,level,flush_at", [(2, 6, None), (4, 1, 7), (3, 9, 0), (2, 6, -1), (1, 6, 3)])
-def test_parallel_gzip_is_one_stream_every_reader_reads(tmp_path, threads, level, flush_at):
+def test_parallel_gzip_is_one_stream_every_reader_reads(tmp_path, threads, level, flush_at, core):
     """Records of up to 3 MiB (spanning the 1 MiB blocks: 5 MiB in all, a block for each thread and
     more) and many small ones, a flush() in the middle (or none); the file is one gzip member that
     TensorFlow, Beam, Python's gzip and the gzip command read to the same records; the level is
-    honoured (9 is smaller than 1)."""
+    honoured (9 is smaller than 1).  Blocks deflated by the compiled core's zlib-rs and by Python's
+    zlib (the numpy core) alike."""
+    import contextlib
     import subprocess
+
+    from tfrecord_io.core import native
+
+    if core == "compiled" and native.available() is None:
+        pytest.fail("the compiled record core is not built in this checkout: run `make setup` (needs cargo)")
+    if core == "compiled" and native.active() is None:
+        pytest.skip(f"{native.PURE_ENV}=1: the suite runs the numpy core")
+    with native.pure() if core == "numpy" else contextlib.nullcontext():
+        _parallel_gzip_case(tmp_path, threads, level, flush_at, subprocess)
+
+
+def _parallel_gzip_case(tmp_path, threads, level, flush_at, subprocess):
 
     rng = np.random.default_rng(threads * 10 + level)
     records = [bytes(rng.integers(0, 4, size=int(n), dtype=np.uint8)) for n in

@@ -414,6 +414,29 @@ def test_each_crc_byte_flipped_in_turn(compiled):
 
 
 # ---------------------------------------------------------------------------------------------
+# Deflate (the blocks of the gzip writer, core/gzip_blocks)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("level", [-1, 0, 1, 6, 9])
+def test_deflated_blocks_inflate_to_the_block_with_the_window_before_it(compiled, level):
+    """Each block is raw deflate that may refer back into the 32 KiB before it (the dictionary) and
+    ends on a byte boundary (a sync flush), the last one with the end of the stream; inflated with
+    zlib, block after block, they give the data back; the CRC-32 is zlib's."""
+    rng = np.random.default_rng(level + 2)
+    data = bytes(rng.integers(0, 3, size=3 << 20, dtype=np.uint8)) + bytes(200_000) + os.urandom(100_000)
+    blocks = [data[i:i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
+    stream, window = [], None
+    for k, block in enumerate(blocks):
+        out, crc = compiled.deflate_block(block, level, window, k == len(blocks) - 1)
+        assert crc == zlib.crc32(block)
+        stream.append(out)
+        window = block[-32768:]
+    d = zlib.decompressobj(-15)
+    assert d.decompress(b"".join(stream)) == data and d.eof
+    with pytest.raises(ValueError, match="level must be -1 to 9"):
+        compiled.deflate_block(b"x", 10, None, True)
+
+
+# ---------------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------------
 def _same_records(fn, batch, schema):
