@@ -8,6 +8,9 @@ one gzip TFRecord file to local disk by:
     ours, threads=1        TFRecordWriter(compression="gzip", compression_threads=1): one serial zlib stream
     ours, threads=2, level 1
     tf.io.TFRecordWriter   TFRecordOptions(compression_type="GZIP"), record by record, level 6
+    ParallelGzip, zlib-rs  the framed stream (framed before timing) through core/gzip_blocks, 2 threads,
+    ParallelGzip, zlib     level 6: its blocks deflated by the compiled core's zlib-rs, then by
+                           Python's zlib (what the numpy core uses) -- the compressors alone
 
 Rounds alternate; medians of wall seconds and of process CPU seconds; every file is read back by
 TensorFlow's reader and must hold every record.  What the parallel writer buys is wall time
@@ -20,6 +23,7 @@ compression with the next batch's encoding, see BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -65,8 +69,26 @@ def main() -> int:
             for r in records:
                 w.write(r)
 
+    from tfrecord_io.core import native
+    from tfrecord_io.core.framing import frame_records
+    from tfrecord_io.core.gzip_blocks import ParallelGzip
+
+    framed = [frame_records(b) for b in batches]
+
+    def blocks(pure: bool):
+        def run(path: str) -> None:
+            with open(path, "wb") as f, (native.pure() if pure else contextlib.nullcontext()):
+                z = ParallelGzip(f.write, level=6, threads=2)
+                for part in framed:
+                    z.compress(part)
+                z.finish()
+        return run
+
     ways = {"ours, threads=2 (default)": ours(2), "ours, threads=1 (serial zlib)": ours(1),
             "ours, threads=2, level 1": ours(2, 1), "tf.io.TFRecordWriter (GZIP)": tf_writer}
+    if native.available() is not None:
+        ways["ParallelGzip, zlib-rs (compiled core)"] = blocks(False)
+        ways["ParallelGzip, zlib (numpy core)"] = blocks(True)
     wall = {w: [] for w in ways}
     cpu = {w: [] for w in ways}
     sizes = {}

@@ -236,7 +236,12 @@ def test_indexing_streams_a_file_larger_than_any_buffer_in_bounded_memory(tmp_pa
         tracemalloc.stop()
     assert built.records == len(sizes)
     assert record_index.read_index(record_index.index_uri(str(path))).lengths.tolist() == sizes
-    assert peak < 4 << 20, f"{peak / 2**20:.1f} MiB at peak: more than a read buffer or two"
+    # Plain: a 1 MiB read and the walk's buffer.  Gzip adds zlib's unconsumed input (a copy of up to
+    # a read) and the inflated chunk (up to 1 MiB); how much of a read stays unconsumed depends on
+    # the compressor that wrote the file (zlib-rs packs these zeros half as tightly as zlib: 4.1
+    # MiB at peak against 3.6).  Either way less than one of the file's 6 MiB records.
+    bound = (4 if compression == "none" else 5) << 20
+    assert peak < bound, f"{peak / 2**20:.1f} MiB at peak: more than the read buffers"
 
 
 def test_lengths_walk_checks_length_crcs_and_truncation():

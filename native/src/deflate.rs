@@ -3,10 +3,10 @@
 //! before it as the dictionary, ended by a sync flush -- or, for the last block, by the end of the
 //! stream -- and the block's CRC-32 (gzip's checksum, not TFRecord's CRC-32C).
 //!
-//! zlib-rs (the Rust port of zlib-ng's compressor, as pure Rust as the rest of this module)
-//! deflates about twice as fast as the system zlib that Python's `zlib` module wraps, at the same
-//! level and a like ratio; the bytes differ from zlib's, as two deflate encoders' may, and every
-//! gzip reader reads them.  The work runs without the GIL: the writer's threads deflate blocks
+//! zlib-rs (the Rust port of zlib-ng's compressor) deflates TFRecord data with 1.2x less CPU than
+//! the system zlib that Python's `zlib` module wraps at level 6, for 3% more bytes, and about 2.6x
+//! less at level 1, for 14% more (BENCHMARKS.md, "Gzip writers"); the bytes differ from zlib's,
+//! as two deflate encoders' may, and every gzip reader reads them.  The work runs without the GIL: the writer's threads deflate blocks
 //! side by side.
 
 use pyo3::buffer::PyBuffer;
