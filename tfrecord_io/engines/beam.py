@@ -11,7 +11,7 @@ Pipeline (Example records)::
 
     Create(input files; small ones in groups) -> ReadFile: parsing batches -> rejects
                              | typed Arrow rows, dealt to the shards (conversion.dealing)
-                             | in writer groups of small shards; spilled on in-process runners
+                             | in writer groups of small shards; spilled (not on Dataflow)
                              v
                 GroupByKey(writer group) -> WriteShard: encode_examples + write_shard, per shard
                              -> {shard files} + {reject files} + {row counts} -> report
@@ -206,7 +206,7 @@ class _Job:
     run_id: str
     hdfs_user: str | None = None  # --hdfs_user: HADOOP_USER_NAME where that is not set
     faults: object = None  # fault injection (tests): tfrecord_io.testing.faults
-    spill: bool = False  # pieces go through the shuffle as references to spill files (in-process runners)
+    spill: bool = False  # pieces go through the shuffle as references to spill files (every runner but Dataflow)
     shards_per_writer: int = 1  # consecutive shards dealt and written together (dealing.shards_per_writer)
 
     @property
