@@ -661,7 +661,6 @@ def test_parallel_gzip_is_one_stream_every_reader_reads(tmp_path, threads, level
     honoured (9 is smaller than 1).  Blocks deflated by the compiled core's zlib-rs and by Python's
     zlib (the numpy core) alike."""
     import contextlib
-    import subprocess
 
     from tfrecord_io.core import native
 
@@ -670,10 +669,11 @@ def test_parallel_gzip_is_one_stream_every_reader_reads(tmp_path, threads, level
     if core == "compiled" and native.active() is None:
         pytest.skip(f"{native.PURE_ENV}=1: the suite runs the numpy core")
     with native.pure() if core == "numpy" else contextlib.nullcontext():
-        _parallel_gzip_case(tmp_path, threads, level, flush_at, subprocess)
+        _parallel_gzip_case(tmp_path, threads, level, flush_at)
 
 
-def _parallel_gzip_case(tmp_path, threads, level, flush_at, subprocess):
+def _parallel_gzip_case(tmp_path, threads, level, flush_at):
+    import subprocess
 
     rng = np.random.default_rng(threads * 10 + level)
     records = [bytes(rng.integers(0, 4, size=int(n), dtype=np.uint8)) for n in

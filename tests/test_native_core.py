@@ -420,15 +420,13 @@ def test_each_crc_byte_flipped_in_turn(compiled):
 def test_deflated_blocks_inflate_to_the_block_with_the_window_before_it(compiled, level):
     """Each block is raw deflate that may refer back into the 32 KiB before it (the dictionary) and
     ends on a byte boundary (a sync flush), the last one with the end of the stream; inflated with
-    zlib, block after block, they give the data back; the CRC-32 is zlib's."""
+    zlib, block after block, they give the data back."""
     rng = np.random.default_rng(level + 2)
     data = bytes(rng.integers(0, 3, size=3 << 20, dtype=np.uint8)) + bytes(200_000) + os.urandom(100_000)
     blocks = [data[i:i + (1 << 20)] for i in range(0, len(data), 1 << 20)]
     stream, window = [], None
     for k, block in enumerate(blocks):
-        out, crc = compiled.deflate_block(block, level, window, k == len(blocks) - 1)
-        assert crc == zlib.crc32(block)
-        stream.append(out)
+        stream.append(compiled.deflate_block(block, level, window, k == len(blocks) - 1))
         window = block[-32768:]
     d = zlib.decompressobj(-15)
     assert d.decompress(b"".join(stream)) == data and d.eof

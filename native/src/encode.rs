@@ -515,14 +515,10 @@ impl<'a> Entry<'a> {
         }
     }
 
+    /// Row r's entry at `out[at..]` by the general path: prefixes kept by value length
+    /// (`write_rows` writes a fixed prefix itself where one fits).
     #[inline]
     fn write(&mut self, r: usize, out: &mut [u8], mut at: usize) -> usize {
-        if let (Some((_, prefix, len)), Value::Feature(c)) = (&self.constant, &self.value) {
-            if *len > 0 && at + WIDE <= out.len() {  // the same prefix in every row: one fixed-size copy
-                out[at..at + WIDE].copy_from_slice(prefix);
-                return c.write_values(r, out, at + len);
-            }
-        }
         let v = self.vlen(r);
         if v == ABSENT {
             return at;

@@ -12,10 +12,11 @@ Hadoop's ``GzipCodec`` (spark-tfrecord), Python's :mod:`gzip`, ``gzip -d``.
 
 Each block is deflated by the compiled core's zlib-rs (``native/src/deflate.rs``: at level 6
 about 1.2x the speed of the system zlib for 3% more bytes on TFRecord data, about 2.6x at
-level 1 for 14% more) or, on the numpy core, by Python's :mod:`zlib`: the same stream shape, different bytes,
-both read by every gzip reader.  Both release the GIL while they deflate, so blocks compress on
-other cores while the caller goes on encoding and framing.  At most ``2 x threads`` blocks are in flight (memory:
-``2 x threads x BLOCK_SIZE`` plus their output), and blocks are written in order.  The cost
+level 1 for 14% more) or, on the numpy core, by Python's :mod:`zlib`: the same stream shape,
+different bytes, both read by every gzip reader.  Both release the GIL while they deflate, so
+blocks compress on other cores while the caller goes on encoding and framing.  At most
+``2 x threads`` blocks are in flight (memory: ``2 x threads x BLOCK_SIZE`` plus their output),
+and blocks are written in order.  The cost
 against one serial stream: ~5 bytes of sync-flush marker per block (5 bytes per MiB).
 """
 
@@ -40,7 +41,7 @@ _WINDOW = 32 * 1024  # deflate's history: what the next block may refer back to
 def _deflate(block: bytes, level: int, zdict: bytes, final: bool) -> bytes:
     core = native.active()
     if core is not None:  # zlib-rs (native/src/deflate.rs): the same stream shape, ~1.2x zlib's speed at 6
-        return core.deflate_block(block, level, zdict or None, final)[0]
+        return core.deflate_block(block, level, zdict or None, final)
     z = (zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=zdict) if zdict
          else zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS))
     return z.compress(block) + z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)

@@ -28,8 +28,7 @@ not 10,000 (1M rows into 10,000 shards: 68 s -> ~10 s; one shard ~5 s).
 Memory on the in-process runner: Beam's ``FnApiRunner`` (what ``DirectRunner`` falls back to, and
 the default of ``tfrecord-io convert --engine beam``) runs one stage at a time and keeps a stage's
 whole output in memory across a ``GroupByKey`` -- every dealt piece, the whole data set (979 MB of
-resident memory for 1M rows, 7.9 GB for 16M).  So on the runners of :data:`IN_PROCESS_RUNNERS`
-(:func:`spills`) each read task appends its pieces to a spill file of its own under the output's
+resident memory for 1M rows, 7.9 GB for 16M).  So (:func:`spills`) each read task appends its pieces to a spill file of its own under the output's
 ``_temporary/`` and sends only ``(path, offset, length)`` through the shuffle
 (:mod:`tfrecord_io.conversion.spill`); the writers read them back in key order.  The peak is then a
 read task's buffers plus a writer's window (``dealing.HOLD_BYTES``), whatever the number of rows
@@ -715,10 +714,6 @@ def runner_that_ran(result, requested: str | None = None) -> str:
     return f"{module}.{name}"
 
 
-#: Runners that run on this machine and hold a shuffle in memory.  DirectRunner is Prism or,
-#: offline, the FnApiRunner.
-IN_PROCESS_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner", "FnApiRunner", "BundleBasedDirectRunner",
-                                "PrismRunner"})
 #: Runners whose shuffle hands a key's values to the worker as a stream: their pieces go through
 #: the shuffle as bytes.
 STREAMED_SHUFFLE_RUNNERS = frozenset({"DataflowRunner", "TestDataflowRunner"})
@@ -727,8 +722,8 @@ STREAMED_SHUFFLE_RUNNERS = frozenset({"DataflowRunner", "TestDataflowRunner"})
 def spills(options: PipelineOptions) -> bool:
     """Does a run with these options spill its dealt pieces (:mod:`tfrecord_io.conversion.spill`)?
 
-    Every runner but Dataflow.  The in-process runners (:data:`IN_PROCESS_RUNNERS`) keep a whole
-    stage's output in memory.  The portable runners (Flink's and Spark's job servers) shuffle on
+    Every runner but Dataflow.  The in-process runners (``DirectRunner``: Prism or, offline, the
+    ``FnApiRunner``) keep a whole stage's output in memory.  The portable runners (Flink's and Spark's job servers) shuffle on
     disk, but hand a key's grouped values to the SDK worker as one element, built whole in the job
     server's heap and decoded whole in Python: a shard's pieces, about 120 MB at 900,000 rows of
     17 columns.  On the local Flink of ``tfrecord-io flink-local`` (1 GB of heap) 16M rows ran the
