@@ -369,6 +369,43 @@ def test_the_chunk_walk_of_large_records_that_straddle_reads(compiled):
             assert same_outcome(walk)[1] is not None
 
 
+def test_the_chunk_walk_of_a_file_read_into_one_buffer(compiled, tmp_path):
+    """A file object with ``readinto`` is read into one buffer used again (the bytes a read leaves
+    unwalked moved to its front): records across every 1 MiB read, one of 600 KiB (re-read whole
+    after a move) and one of 2.6 MB (larger than the buffer: taken apart, whole reads of it kept), each chunk's data kept
+    until the walk ends -- none of it may be a view of the buffer the later reads overwrite."""
+    rng = np.random.default_rng(7)
+    sizes = [int(n) for n in rng.integers(0, 900, 4000)] + [600_000] + [313] * 3000 + [2_600_000, 5] + [100] * 5000
+    records = [rng.bytes(n) for n in sizes]
+    path = tmp_path / "reads.tfrecord"
+    path.write_bytes(frame_records(records))
+    want = list(iter_records(str(path)))
+
+    def walks(**kw):
+        """The chunks of a walk over the path, a buffered file and a raw one, all kept."""
+        yield list(iter_record_chunks(str(path), **kw))
+        for buffering in (-1, 0):
+            with open(path, "rb", buffering=buffering) as f:
+                yield list(iter_record_chunks(f, **kw))
+
+    for max_records in (3, 4096):
+        for kept in walks(max_records=max_records):
+            assert [(o, d) for c in kept for o, d in _records_of_chunks([c])] == want
+        for kept in walks(max_records=max_records, gather=False):
+            assert [n for c in kept for n in c[1].tolist()] == sizes
+    # a damaged record after many reads: the records before it, then its error at its offset
+    stream = bytearray(path.read_bytes())
+    at = want[7500][0] + 12 + 50
+    stream[at] ^= 4
+    path.write_bytes(bytes(stream))
+    got: list = []
+    with pytest.raises(CorruptRecordError) as e:
+        for c in iter_record_chunks(str(path)):
+            got.append(c)
+    assert [(o, d) for c in got for o, d in _records_of_chunks([c])] == want[:7500]
+    assert e.value.offset == want[7500][0] and "data CRC" in str(e.value)
+
+
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=200), min_size=1, max_size=12), st.sampled_from(["flip", "truncate", "none"]),
        st.integers(0, 10**6), st.integers(0, 7), st.sampled_from([1, 5, 12, 16, 100, 1 << 20]),

@@ -768,6 +768,65 @@ def _raw_chunks(f: Any, name: str) -> Iterator[bytes]:
         yield chunk
 
 
+class _Reads:
+    """The raw reads of a file into one buffer used again and again, for the compiled chunk walk,
+    which copies out what it keeps (``scan_chunk``'s offsets, lengths and gathered data).  Each
+    read lands in the same memory, still in the CPU's cache, instead of a fresh 1 MiB ``bytes``:
+    the walk of small records, bound by moving the bytes through the cache, runs 1.1-1.2x faster.
+
+    A chunk (a ``memoryview`` of the buffer) is valid until the next read, unless :meth:`keep` is
+    called: then it is the caller's and the next read goes into a new buffer.
+    """
+
+    __slots__ = ("_f", "_readinto", "_buf", "_view", "_kept")
+
+    def __init__(self, f: Any):
+        self._f, self._readinto = f, f.readinto
+        self._buf, self._view, self._kept = None, None, True
+
+    def __iter__(self) -> "_Reads":
+        return self
+
+    def _fill(self, view: memoryview) -> int:
+        try:
+            return self._readinto(view) or 0
+        except (NotImplementedError, io.UnsupportedOperation):
+            # A raw file object that defines read() alone (io.RawIOBase's readinto is abstract).
+            def readinto(v: memoryview, read=self._f.read) -> int:
+                data = read(len(v))
+                v[:len(data)] = data
+                return len(data)
+
+            self._readinto = readinto
+            return readinto(view)
+
+    def __next__(self) -> memoryview:
+        if self._kept:
+            self._buf = bytearray(_READ_SIZE)
+            self._view, self._kept = memoryview(self._buf), False
+        n = self._fill(self._view)
+        if not n:
+            raise StopIteration
+        return self._view[:n]
+
+    def keep(self) -> None:
+        """The chunk last returned stays the caller's: the next read goes into a new buffer."""
+        self._kept = True
+
+    def refill(self, chunk: memoryview, pos: int) -> tuple[memoryview, int]:
+        """``chunk[pos:]`` moved to the front of the buffer and the next read put after it:
+        ``(the new chunk, bytes read)`` -- a record cut by the end of a read is whole again, with
+        no Python work per record (0 bytes read at the end of the file: the chunk is then the
+        bytes not walked alone)."""
+        tail = len(chunk) - pos
+        if self._kept:
+            self._buf = bytearray(_READ_SIZE)
+            self._view, self._kept = memoryview(self._buf), False
+        self._view[:tail] = chunk[pos:]  # overlapping within one buffer: a memmove
+        n = self._fill(self._view[tail:])
+        return self._view[:tail + n], n
+
+
 def _inflate(chunks: Iterator[bytes], compression: str, name: str) -> Iterator[bytes]:
     """Decompress a gzip (possibly multi-member) or zlib stream, in bounded chunks."""
     wbits = _WBITS[compression]
@@ -1065,11 +1124,13 @@ class _Cursor:
     """A stream of byte chunks read from a position on, for the record that straddles two reads:
     :meth:`take` joins only the bytes asked for (never the rest of a chunk)."""
 
-    __slots__ = ("it", "buf", "pos", "base")
+    __slots__ = ("it", "buf", "pos", "base", "reads")
 
-    def __init__(self, chunks: Iterator[bytes]):
+    def __init__(self, chunks: Iterator[bytes] | _Reads):
         self.it = iter(chunks)
         self.buf, self.pos, self.base = b"", 0, 0  # the chunk, the position in it, its stream offset
+        # Chunks in a reused buffer: a piece taken is copied out, or its whole chunk kept.
+        self.reads = chunks if isinstance(chunks, _Reads) else None
 
     def offset(self) -> int:
         return self.base + self.pos
@@ -1086,13 +1147,21 @@ class _Cursor:
                 if not self.buf:
                     break
             k = min(n, len(self.buf) - self.pos)
-            pieces.append(self.buf if k == len(self.buf) else self.buf[self.pos:self.pos + k])
+            if k == len(self.buf):
+                if self.reads is None:
+                    pieces.append(self.buf)
+                else:  # the whole chunk: kept, read-only like the bytes pieces
+                    pieces.append(self.buf.toreadonly())
+                    self.reads.keep()
+            else:
+                piece = self.buf[self.pos:self.pos + k]
+                pieces.append(piece if self.reads is None else bytes(piece))
             self.pos += k
             n -= k
         return want - n
 
 
-def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records: int,
+def _chunk_stream(chunks: Iterator[bytes] | _Reads, name: str, verify: bool, max_records: int,
                   gather: bool) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
     """The compiled chunk walk: ``core.scan_chunk`` over the whole records of each read; a record
     that straddles two reads is taken apart (:class:`_Cursor`), checked, and put before the next
@@ -1100,6 +1169,7 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
     records before the damaged one are yielded."""
     core = native.active()
     cur = _Cursor(chunks)
+    reads = cur.reads
     lead_pos: list[int] = []
     lead_len: list[int] = []
     lead_data: list[bytes] = []
@@ -1130,11 +1200,20 @@ def _chunk_stream(chunks: Iterator[bytes], name: str, verify: bool, max_records:
             raise _crc_error(name, offset, ("length CRC", "data CRC")[which], length, stored, got)
         if len(positions) // 8 == limit:
             continue  # the chunk is full: more whole records may follow in this read
+        if reads is not None and len(cur.buf) - cur.pos < _READ_SIZE // 2:
+            # The bytes not walked (part of a record, or none) go to the front of the buffer and
+            # the next read follows them.  A record too large for that (the buffer is still
+            # half full of it after a read) is taken apart below.
+            start = cur.offset()
+            cur.buf, got = reads.refill(cur.buf, cur.pos)
+            cur.base, cur.pos = start, 0
+            if got:
+                continue
         # At the position: the end of the read, with part of a record (or none) before the next.
         start = cur.offset()
         pieces: list[bytes] = []
         cur.take(HEADER_SIZE, pieces)
-        head = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        head = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
         if len(head) < HEADER_SIZE:
             if lead_pos:
                 yield merged(b"", b"", None)
@@ -1218,9 +1297,12 @@ def iter_record_chunks(fileobj: BinaryIO | str | os.PathLike, *, name: str | Non
     walk = _chunk_stream if native.active() is not None else _pure_chunk_stream
 
     def stream(f: Any, label: str) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
-        chunks = _raw_chunks(f, label)
         if compression != "none":
-            chunks = _inflate(chunks, compression, label)
+            chunks = _inflate(_raw_chunks(f, label), compression, label)
+        elif walk is _chunk_stream and hasattr(f, "readinto"):
+            chunks = _Reads(f)  # the compiled walk copies out what it keeps
+        else:
+            chunks = _raw_chunks(f, label)
         yield from walk(chunks, label, verify, max_records, gather)
 
     if isinstance(fileobj, (str, bytes, os.PathLike)):
