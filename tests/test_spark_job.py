@@ -90,7 +90,7 @@ def test_read_and_write_stages_pickle_and_a_file_read_in_parts_gives_each_row_on
     read = ReadStage(schema, "csv", False, {str(path): header})
     write = WriteStage(output="/tmp/x", job_id="j", num_shards=2, compression="gzip", schema=schema,
                        faults=FirstAttempt("stall", {1, 2}))
-    for fn in (write, read, DealRows(read, 3), WriteDealt(write), ReadAndWrite(read, write)):
+    for fn in (write, read, DealRows(read, 3, "/tmp/x", "j"), WriteDealt(write), ReadAndWrite(read, write)):
         assert pickle.loads(pickle.dumps(fn)) == fn
         assert cloudpickle.loads(cloudpickle.dumps(fn)) == fn
     read = cloudpickle.loads(cloudpickle.dumps(read))
@@ -491,7 +491,8 @@ def test_bad_corpus_every_row_accounted_for(spark, tmp_path, fmt, multiline):
 def test_even_shards_are_the_same_bytes_every_run(spark, tmp_path):
     """The default layout: rows dealt by several read tasks (conversion.dealing) reach even shards,
     each row once, and the same input gives byte-identical shards (a recomputed or retried task
-    writes what the first one would have)."""
+    writes what the first one would have).  The dealt pieces go through spill files under
+    ``_temporary/``, not Spark's shuffle: each of the run's Spark jobs is one stage."""
     rows = corpus_rows(6000)
     write_corpus_csv(tmp_path / "in.csv", rows)
     conf = {"spark.sql.files.maxPartitionBytes": "64k", "spark.sql.files.openCostInBytes": "8k"}
@@ -511,6 +512,10 @@ def test_even_shards_are_the_same_bytes_every_run(spark, tmp_path):
     assert read_back(sorted(out.glob("part-*"))) == expected_values(rows)
     for shard in sorted(out.glob("part-*")):
         assert shard.read_bytes() == (again / shard.name).read_bytes(), shard.name
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(manifest["job"]["id"])]
+    assert len(jobs) == 2 and all(len(j.stageIds) == 1 for j in jobs), jobs  # deal, then write: no shuffle
+    assert not (out / "_temporary").exists() and not list(out.rglob("_spill*"))
 
 
 def test_overwrite_refused_then_allowed(spark, tmp_path):

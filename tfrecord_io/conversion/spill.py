@@ -1,4 +1,5 @@
-"""Dealt pieces spilled to files, for runners whose shuffle would hold them whole in memory.
+"""Dealt pieces spilled to files: Beam's runners whose shuffle would hold them whole in memory,
+and the Spark job, whose shuffle would take them through the JVM.
 
 Beam's in-process runner (the ``FnApiRunner`` that ``DirectRunner`` falls back to) runs one stage
 at a time and holds a stage's whole output in memory, across a ``GroupByKey``: every dealt piece
@@ -10,7 +11,11 @@ only a reference ``(path, offset, length)`` through the shuffle; the writers rea
 memory is a read task's buffers plus a writer's window (:data:`~tfrecord_io.conversion.dealing.HOLD_BYTES`),
 whatever the number of rows.  The portable runners (Flink's and Spark's job servers) spill too: a
 key's grouped values reach the SDK worker as one element, built whole in the job server's heap
-(:func:`tfrecord_io.engines.beam.spills` says which runners).
+(:func:`tfrecord_io.engines.beam.spills` says which runners).  The Spark job spills always
+(:class:`tfrecord_io.engines.spark.DealRows`): its driver collects the references and hands each
+write task its shard's, so the pieces never go through Spark's shuffle -- pickled into the JVM,
+compressed, written, read and handed back to Python, a third of the time the whole job takes
+beyond parsing and writing (BENCHMARKS.md).
 
 The files are written and read through :mod:`tfrecord_io.storage.fs` (the output's filesystem,
 which every worker can reach), and they go with ``_temporary``: deleted by the commit, or by the
@@ -25,7 +30,7 @@ from typing import BinaryIO, Hashable, Iterable, Iterator
 
 from tfrecord_io.storage import fs
 
-__all__ = ["SpillWriter", "is_spilled", "read_pieces"]
+__all__ = ["SpillWriter", "is_spilled", "read_pieces", "sent"]
 
 SPILL_NAME = "_spill.arrows"
 
@@ -62,6 +67,17 @@ class SpillWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sent(pieces: Iterable[tuple[Hashable, tuple[Hashable, bytes]]],
+         spilled: SpillWriter | None) -> Iterator[tuple[Hashable, tuple[Hashable, object]]]:
+    """``(destination, (key, ipc bytes))`` pieces as they go into the shuffle: as they are, or with
+    the bytes spilled and a reference in their place."""
+    if spilled is None:
+        yield from pieces
+        return
+    for destination, (key, data) in pieces:
+        yield destination, (key, spilled.put(data))
 
 
 def _read_exactly(f: BinaryIO, length: int) -> bytes:

@@ -339,21 +339,11 @@ class ReadFile(_JobDoFn):
             if sequence:
                 yield from _split_groups(pb, schema)
             else:
-                yield from _sent(dealer.deal(pb.rows), spilled)
-        yield from _sent(dealer.finish(), spilled)
+                yield from spill.sent(dealer.deal(pb.rows), spilled)
+        yield from spill.sent(dealer.finish(), spilled)
         for path, rows in input_rows.items():
             self.files_read.inc()
             yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": rows})
-
-
-def _sent(pieces, spilled: spill.SpillWriter | None):
-    """``(writer group, (key, ipc bytes))`` pieces as they go into the shuffle: as they are, or with
-    the bytes spilled and a reference in their place."""
-    if spilled is None:
-        yield from pieces
-        return
-    for group, (key, data) in pieces:
-        yield group, (key, spilled.put(data))
 
 
 def _reject_unsplittable(pb: parsing.ParsedBatch, feature: str) -> parsing.ParsedBatch:

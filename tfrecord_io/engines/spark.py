@@ -4,7 +4,7 @@ Entry point: :func:`run_conversion(spark, ConversionOptions(...)) <run_conversio
 committed ``_manifest.json`` as a dict.  ``jobs/to_tfrecord.py`` (spark-submit) and
 ``tfrecord-io convert --engine spark`` both call it.
 
-Pipeline (one Spark job, two stages)::
+Pipeline (two stages: for Examples in even shards, two Spark jobs of one stage each)::
 
     driver: list the input files (tfrecord_io.storage.inputs), read each CSV header, plan splits
       -> "read": each task reads one split -- a line range of an uncompressed file (Hadoop's rule:
@@ -13,9 +13,13 @@ Pipeline (one Spark job, two stages)::
          each with its file, split, line, raw text, reason                             (Python)
       -> to the N shards (N = number of shards)                                        (shuffle)
          Examples: the read task deals its rows to the shards in slices, as Arrow IPC pieces
-         (tfrecord_io.conversion.dealing, the Beam pipeline's rule too): an RDD partitioned by
-         shard carries a few large byte strings per task, so no row becomes a Spark row and no
-         row is converted back; shards are even whatever the splits;
+         (tfrecord_io.conversion.dealing, the Beam pipeline's rule too), appends them to a
+         spill file of its attempt under _temporary/ (tfrecord_io.conversion.spill, Beam's too)
+         and returns their references (path, offset, length); the driver collects them, and
+         write task i gets shard i's, in order.  No row becomes a Spark row, and the pieces
+         never pass through the JVM: Spark's shuffle would pickle them into it, compress them
+         and hand them back (0.3 s of a 2.1 s job at 1M rows, BENCHMARKS.md); shards are even
+         whatever the splits;
          SequenceExamples: the rows as Spark rows, partitioned by the group_by column, sorted by
          group, order_by
       -> "write": task i takes shard i's rows (Examples: in a random order seeded by the shard,
@@ -138,7 +142,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from tfrecord_io.conversion import dealing, grouping, parsing, small_files
+from tfrecord_io.conversion import dealing, grouping, parsing, small_files, spill
 from tfrecord_io.conversion.failure import ConversionError, cause_line, task_errors, worker_line
 from tfrecord_io.conversion.options import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_STEPS, TEXT_FORMATS, ConversionOptions
 from tfrecord_io.conversion.plan import RESERVED_PREFIX, Plan, plan_conversion
@@ -786,9 +790,10 @@ def _stages(spark, plan: Plan, faults=None):
     of the read, the number of shards).
 
     * Examples, even shards (the default): read tasks deal their rows to the shards as Arrow IPC
-      pieces (:class:`DealRows`, :mod:`tfrecord_io.conversion.dealing`), Spark's shuffle moves the
-      pieces (an RDD partitioned by shard: no row ever becomes a Spark row), and write task i puts
-      shard i's rows in a random order (:class:`WriteDealt`) and writes them (:class:`WriteStage`).
+      pieces (:class:`DealRows`, :mod:`tfrecord_io.conversion.dealing`) spilled to files under
+      ``_temporary/`` (:mod:`tfrecord_io.conversion.spill`); the driver collects the pieces'
+      references, and write task i reads shard i's, puts its rows in a random order
+      (:class:`WriteDealt`) and writes them (:class:`WriteStage`).  Two Spark jobs, no shuffle.
     * ``shards="input"``: the write stage reads its split itself (:class:`ReadAndWrite`): one shard per
       split and no shuffle.
     * SequenceExamples: the read stage's rows, partitioned by ``group_by`` and sorted by Spark.
@@ -811,10 +816,19 @@ def _stages(spark, plan: Plan, faults=None):
         return through(df, ReadAndWrite(read, write_stage(tasks))), splits, counts, tasks
     num_shards = plan.num_shards
     if schema.record_type == "example":
-        dealt = rows.mapPartitionsWithIndex(DealRows(read, num_shards))
+        dealt = rows.mapPartitionsWithIndex(DealRows(read, num_shards, opts.output, plan.job_id))
         write = WriteDealt(write_stage(num_shards), shuffled=opts.record_order == "shuffled")
-        return (lambda: dealt.partitionBy(num_shards, _shard_of_piece).mapPartitions(write).collect(),
-                splits, counts, num_shards)
+
+        def run() -> list:
+            # The pieces' references, collected: shard i's (in key order) are write task i's input.
+            refs: list[list] = [[] for _ in range(num_shards)]
+            for shard, piece in dealt.collect():
+                refs[shard].append(piece)
+            for pieces in refs:
+                pieces.sort(key=lambda kv: kv[0])
+            return spark.sparkContext.parallelize(refs, num_shards).flatMap(_pieces).mapPartitions(write).collect()
+
+        return run, splits, counts, num_shards
     order = [F.col(_q(schema.group_by))]
     if schema.order_by and schema.order_by != schema.group_by:
         order.append(F.col(_q(schema.order_by)))
@@ -824,9 +838,9 @@ def _stages(spark, plan: Plan, faults=None):
     return through(staged, write_stage(num_shards)), splits, counts, num_shards
 
 
-def _shard_of_piece(shard: int) -> int:
-    """partitionBy's function: a dealt piece's key is its shard, the write task's partition."""
-    return shard
+def _pieces(pieces: list) -> list:
+    """flatMap's function: a write task's one element, its shard's pieces, as its elements."""
+    return pieces
 
 
 _SPLITS_SCHEMA = pa.schema([("source", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
@@ -836,32 +850,46 @@ _SPLITS_SCHEMA = pa.schema([("source", pa.string()), ("start", pa.int64()), ("en
 @dataclass(frozen=True)
 class DealRows:
     """RDD ``mapPartitionsWithIndex`` function over the read splits (Examples, even shards): parse
-    them (:class:`ReadStage`) and deal the rows, converted and rejected alike, to the shards:
-    ``(shard, ((task, n), ipc bytes))`` (:class:`tfrecord_io.conversion.dealing.Dealer`)."""
+    them (:class:`ReadStage`) and deal the rows, converted and rejected alike, to the shards
+    (:class:`tfrecord_io.conversion.dealing.Dealer`), the pieces appended to this attempt's spill
+    file under ``<output>/_temporary/<attempt>/``: ``(shard, ((task, n), (path, offset, length)))``.
+    A retried or speculative attempt writes its own file; the driver reads the references of the
+    one attempt Spark keeps."""
 
     read: Any
     num_shards: int
+    output: str
+    job_id: str
 
     def __call__(self, index: int, rows: Iterable) -> Iterator[tuple]:
         return task_errors(self._dealt(index, rows))
 
     def _dealt(self, index: int, rows: Iterable) -> Iterator[tuple]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        attempt = f"{self.job_id}-s{ctx.stageId()}-p{index:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
+        if not fs.exists(fs.join(self.output, output.TEMPORARY)):
+            raise RuntimeError(f"{self.output}/{output.TEMPORARY} is gone (the job was committed or aborted); "
+                               f"task attempt {attempt} writes nothing")
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
         dealer = dealing.Dealer(self.num_shards, first=index, origin=index)
-        for parsed in self.read([batch]):
-            # The file's name, the same in every row of a split: sent once per piece, not per row.
-            at = parsed.schema.get_field_index(SOURCE)
-            yield from dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode()))
-        yield from dealer.finish()
+        with spill.SpillWriter(output.attempt_dir(self.output, attempt)) as spilled:
+            for parsed in self.read([batch]):
+                # The file's name, the same in every row of a split: sent once per piece, not per row.
+                at = parsed.schema.get_field_index(SOURCE)
+                yield from spill.sent(dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode())),
+                                      spilled)
+            yield from spill.sent(dealer.finish(), spilled)
 
 
 @dataclass(frozen=True)
 class WriteDealt:
-    """RDD ``mapPartitions`` function over one shard's dealt pieces: their rows, in a random order
-    seeded by the shard (``shuffled``) or as they came, written by :class:`WriteStage`; yields its
-    report rows as dicts."""
+    """RDD ``mapPartitions`` function over one shard's dealt pieces (spill references, in key
+    order): their rows, read back from the spill files, in a random order seeded by the shard
+    (``shuffled``) or as they came, written by :class:`WriteStage`; yields its report rows as dicts."""
 
     write: Any
     shuffled: bool = True
@@ -872,7 +900,7 @@ class WriteDealt:
     def _written(self, items: Iterable[tuple]) -> Iterator[dict]:
         from pyspark import TaskContext
 
-        pieces = (piece for _, piece in items)
+        pieces = spill.read_pieces(items)
         if self.shuffled:
             batches = dealing.shuffled(pieces, np.random.default_rng(TaskContext.get().partitionId()))
         else:
