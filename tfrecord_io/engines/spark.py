@@ -838,6 +838,20 @@ def _stages(spark, plan: Plan, faults=None):
     return through(staged, write_stage(num_shards)), splits, counts, num_shards
 
 
+def _task_attempt(out: str, job_id: str) -> str:
+    """The running task attempt's directory name under ``<out>/_temporary/`` (module doc, "Exactly
+    once"); RuntimeError once ``_temporary`` is gone -- the job was committed or aborted, and a late
+    attempt must not bring it back."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = f"{job_id}-s{ctx.stageId()}-p{ctx.partitionId():05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
+    if not fs.exists(fs.join(out, output.TEMPORARY)):
+        raise RuntimeError(f"{out}/{output.TEMPORARY} is gone (the job was committed or aborted); "
+                           f"task attempt {attempt} writes nothing")
+    return attempt
+
+
 def _pieces(pieces: list) -> list:
     """flatMap's function: a write task's one element, its shard's pieces, as its elements."""
     return pieces
@@ -865,13 +879,7 @@ class DealRows:
         return task_errors(self._dealt(index, rows))
 
     def _dealt(self, index: int, rows: Iterable) -> Iterator[tuple]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        attempt = f"{self.job_id}-s{ctx.stageId()}-p{index:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
-        if not fs.exists(fs.join(self.output, output.TEMPORARY)):
-            raise RuntimeError(f"{self.output}/{output.TEMPORARY} is gone (the job was committed or aborted); "
-                               f"task attempt {attempt} writes nothing")
+        attempt = _task_attempt(self.output, self.job_id)
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
@@ -1026,12 +1034,8 @@ class WriteStage:
     def _written(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        part = ctx.partitionId()
-        attempt = f"{self.job_id}-s{ctx.stageId()}-p{part:05d}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
-        if not fs.exists(fs.join(self.output, output.TEMPORARY)):
-            raise RuntimeError(f"{self.output}/{output.TEMPORARY} is gone (the job was committed or aborted); "
-                               f"task attempt {attempt} writes nothing")
+        part = TaskContext.get().partitionId()
+        attempt = _task_attempt(self.output, self.job_id)
         spool = _RejectSpool()
         stats = {"input_rows": 0, "records": 0, "rows_in_records": 0}
         if self.schema.record_type == "example":
