@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from helpers import (CORPUS, CORPUS_SCHEMA, JOB, QUICK_JVM, REPO, corpus_rows, c
 from tfrecord_io.storage import fs, output
 from tfrecord_io.core.schema import Schema, SchemaError
 from tfrecord_io.engines.spark import (LINE, RAW, REASON, SOURCE, START, ConversionOptions, DealRows, ReadAndWrite,
-                                      ReadStage, WriteDealt, WriteStage, run_conversion)
+                                      ReadStage, WriteDealt, WriteStage, run_conversion, spills)
 from tfrecord_io.engines.loader import parse_spec
 from tfrecord_io.storage.schema_io import load_schema
 from tfrecord_io.testing.faults import FirstAttempt
@@ -516,6 +517,28 @@ def test_even_shards_are_the_same_bytes_every_run(spark, tmp_path):
     jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(manifest["job"]["id"])]
     assert len(jobs) == 2 and all(len(j.stageIds) == 1 for j in jobs), jobs  # deal, then write: no shuffle
     assert not (out / "_temporary").exists() and not list(out.rglob("_spill*"))
+
+
+def test_even_shards_on_hdfs_go_through_sparks_shuffle_and_are_the_same_bytes(spark, hdfs, tmp_path):
+    """With the output on HDFS the dealt pieces cross Spark's shuffle (one Spark job of two stages:
+    a spill file there would be written three times over and count three times against the quota);
+    the shards are byte for byte those of the spilled path to a local output."""
+    rows = corpus_rows(3000)
+    write_corpus_csv(tmp_path / "in.csv", rows)
+    out = hdfs.uri(f"/even-{uuid.uuid4().hex[:8]}/out")
+    assert not spills(out) and spills(str(tmp_path / "local")) and spills(f"file://{tmp_path}/local")
+    manifest = run_conversion(spark, ConversionOptions(inputs=str(tmp_path / "in.csv"), input_format="csv",
+                                                       schema=str(CORPUS_SCHEMA), output=out, num_shards=3))
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(manifest["job"]["id"])]
+    assert len(jobs) == 1 and len(jobs[0].stageIds) == 2, jobs  # read and deal | shuffle | write
+    local, _ = _convert(spark, tmp_path, str(tmp_path / "in.csv"), name="local", num_shards=3)
+    names = sorted(f["path"] for f in manifest["files"])
+    assert names == sorted(p.name for p in local.glob("part-*")) and len(names) == 3
+    for name in names:
+        with fs.open(f"{out}/{name}") as f:
+            assert f.read() == (local / name).read_bytes(), name
+    assert not fs.exists(f"{out}/_temporary")
 
 
 def test_overwrite_refused_then_allowed(spark, tmp_path):

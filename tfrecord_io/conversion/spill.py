@@ -1,5 +1,6 @@
 """Dealt pieces spilled to files: Beam's runners whose shuffle would hold them whole in memory,
-and the Spark job, whose shuffle would take them through the JVM.
+and the Spark job writing to a local or mounted filesystem, whose shuffle would take them through
+the JVM.
 
 Beam's in-process runner (the ``FnApiRunner`` that ``DirectRunner`` falls back to) runs one stage
 at a time and holds a stage's whole output in memory, across a ``GroupByKey``: every dealt piece
@@ -11,11 +12,11 @@ only a reference ``(path, offset, length)`` through the shuffle; the writers rea
 memory is a read task's buffers plus a writer's window (:data:`~tfrecord_io.conversion.dealing.HOLD_BYTES`),
 whatever the number of rows.  The portable runners (Flink's and Spark's job servers) spill too: a
 key's grouped values reach the SDK worker as one element, built whole in the job server's heap
-(:func:`tfrecord_io.engines.beam.spills` says which runners).  The Spark job spills always
-(:class:`tfrecord_io.engines.spark.DealRows`): its driver collects the references and hands each
-write task its shard's, so the pieces never go through Spark's shuffle -- pickled into the JVM,
-compressed, written, read and handed back to Python, a third of the time the whole job takes
-beyond parsing and writing (BENCHMARKS.md).
+(:func:`tfrecord_io.engines.beam.spills` says which runners).  The Spark job spills when its
+output is not on HDFS (:func:`tfrecord_io.engines.spark.spills`): its driver collects the
+references and hands each write task its shard's, so the pieces skip Spark's shuffle -- pickled
+into the JVM, compressed, written, read and handed back to Python, a third of the time the whole
+job takes beyond parsing and writing (BENCHMARKS.md).
 
 The files are written and read through :mod:`tfrecord_io.storage.fs` (the output's filesystem,
 which every worker can reach), and they go with ``_temporary``: deleted by the commit, or by the

@@ -4,7 +4,7 @@ Entry point: :func:`run_conversion(spark, ConversionOptions(...)) <run_conversio
 committed ``_manifest.json`` as a dict.  ``jobs/to_tfrecord.py`` (spark-submit) and
 ``tfrecord-io convert --engine spark`` both call it.
 
-Pipeline (two stages: for Examples in even shards, two Spark jobs of one stage each)::
+Pipeline (two stages; for Examples in even shards on a local filesystem, two Spark jobs of one each)::
 
     driver: list the input files (tfrecord_io.storage.inputs), read each CSV header, plan splits
       -> "read": each task reads one split -- a line range of an uncompressed file (Hadoop's rule:
@@ -13,13 +13,14 @@ Pipeline (two stages: for Examples in even shards, two Spark jobs of one stage e
          each with its file, split, line, raw text, reason                             (Python)
       -> to the N shards (N = number of shards)                                        (shuffle)
          Examples: the read task deals its rows to the shards in slices, as Arrow IPC pieces
-         (tfrecord_io.conversion.dealing, the Beam pipeline's rule too), appends them to a
-         spill file of its attempt under _temporary/ (tfrecord_io.conversion.spill, Beam's too)
-         and returns their references (path, offset, length); the driver collects them, and
-         write task i gets shard i's, in order.  No row becomes a Spark row, and the pieces
-         never pass through the JVM: Spark's shuffle would pickle them into it, compress them
-         and hand them back (0.3 s of a 2.1 s job at 1M rows, BENCHMARKS.md); shards are even
-         whatever the splits;
+         (tfrecord_io.conversion.dealing, the Beam pipeline's rule too).  Output on a local or
+         mounted filesystem: the task appends them to a spill file of its attempt under
+         _temporary/ (tfrecord_io.conversion.spill, Beam's too) and returns their references
+         (path, offset, length); the driver collects them, and write task i gets shard i's, in
+         order -- the pieces never pass through the JVM, where Spark's shuffle would pickle,
+         compress and hand them back (0.3 s of a 2.1 s job at 1M rows, BENCHMARKS.md).  Output on
+         HDFS: an RDD partitioned by shard carries them through Spark's shuffle (spills()).  No
+         row becomes a Spark row either way; shards are even whatever the splits;
          SequenceExamples: the rows as Spark rows, partitioned by the group_by column, sorted by
          group, order_by
       -> "write": task i takes shard i's rows (Examples: in a random order seeded by the shard,
@@ -790,10 +791,12 @@ def _stages(spark, plan: Plan, faults=None):
     of the read, the number of shards).
 
     * Examples, even shards (the default): read tasks deal their rows to the shards as Arrow IPC
-      pieces (:class:`DealRows`, :mod:`tfrecord_io.conversion.dealing`) spilled to files under
-      ``_temporary/`` (:mod:`tfrecord_io.conversion.spill`); the driver collects the pieces'
-      references, and write task i reads shard i's, puts its rows in a random order
-      (:class:`WriteDealt`) and writes them (:class:`WriteStage`).  Two Spark jobs, no shuffle.
+      pieces (:class:`DealRows`, :mod:`tfrecord_io.conversion.dealing`), and write task i puts
+      shard i's rows in a random order (:class:`WriteDealt`) and writes them (:class:`WriteStage`).
+      The pieces reach the write tasks through spill files under ``_temporary/``
+      (:mod:`tfrecord_io.conversion.spill`; the driver collects their references: two Spark jobs,
+      no shuffle) when the output is on a local or mounted filesystem, and through Spark's shuffle
+      (an RDD partitioned by shard) when it is on HDFS (:func:`spills`).
     * ``shards="input"``: the write stage reads its split itself (:class:`ReadAndWrite`): one shard per
       split and no shuffle.
     * SequenceExamples: the read stage's rows, partitioned by ``group_by`` and sorted by Spark.
@@ -816,16 +819,20 @@ def _stages(spark, plan: Plan, faults=None):
         return through(df, ReadAndWrite(read, write_stage(tasks))), splits, counts, tasks
     num_shards = plan.num_shards
     if schema.record_type == "example":
-        dealt = rows.mapPartitionsWithIndex(DealRows(read, num_shards, opts.output, plan.job_id))
+        spilled = spills(opts.output)
+        dealt = rows.mapPartitionsWithIndex(DealRows(read, num_shards, opts.output, plan.job_id, spill=spilled))
         write = WriteDealt(write_stage(num_shards), shuffled=opts.record_order == "shuffled")
+        if not spilled:
+            return (lambda: dealt.partitionBy(num_shards, _shard_of_piece).mapPartitions(write).collect(),
+                    splits, counts, num_shards)
 
         def run() -> list:
             # The pieces' references, collected: shard i's (in key order) are write task i's input.
             refs: list[list] = [[] for _ in range(num_shards)]
             for shard, piece in dealt.collect():
-                refs[shard].append(piece)
+                refs[shard].append((shard, piece))
             for pieces in refs:
-                pieces.sort(key=lambda kv: kv[0])
+                pieces.sort(key=lambda item: item[1][0])
             return spark.sparkContext.parallelize(refs, num_shards).flatMap(_pieces).mapPartitions(write).collect()
 
         return run, splits, counts, num_shards
@@ -836,6 +843,22 @@ def _stages(spark, plan: Plan, faults=None):
     prepared = df.mapInArrow(read, _read_schema(schema))
     staged = prepared.repartition(num_shards, F.col(_q(schema.group_by))).sortWithinPartitions(*order)
     return through(staged, write_stage(num_shards)), splits, counts, num_shards
+
+
+def spills(out: str) -> bool:
+    """Do the dealt pieces of a job writing to ``out`` go through spill files rather than Spark's
+    shuffle?  On a local or mounted filesystem, yes: there the shuffle only costs (pickled into
+    the JVM, LZ4-compressed, written, read and handed back: 0.3 s of a 2.1 s job at 1M rows,
+    BENCHMARKS.md), and the spill files are plain files on the same disks.  On HDFS, no: there a
+    spill file is written to three DataNodes and counted three times against the output's space
+    quota, where Spark's shuffle keeps map outputs on the executors' local disks and recomputes
+    them if a node is lost."""
+    return not fs.is_hdfs(out)
+
+
+def _shard_of_piece(shard: int) -> int:
+    """partitionBy's function: a dealt piece's key is its shard, the write task's partition."""
+    return shard
 
 
 def _task_attempt(out: str, job_id: str) -> str:
@@ -853,7 +876,8 @@ def _task_attempt(out: str, job_id: str) -> str:
 
 
 def _pieces(pieces: list) -> list:
-    """flatMap's function: a write task's one element, its shard's pieces, as its elements."""
+    """flatMap's function: a write task's one element, its shard's ``(shard, piece)`` items, as its
+    elements (what Spark's shuffle would give it)."""
     return pieces
 
 
@@ -865,39 +889,46 @@ _SPLITS_SCHEMA = pa.schema([("source", pa.string()), ("start", pa.int64()), ("en
 class DealRows:
     """RDD ``mapPartitionsWithIndex`` function over the read splits (Examples, even shards): parse
     them (:class:`ReadStage`) and deal the rows, converted and rejected alike, to the shards
-    (:class:`tfrecord_io.conversion.dealing.Dealer`), the pieces appended to this attempt's spill
-    file under ``<output>/_temporary/<attempt>/``: ``(shard, ((task, n), (path, offset, length)))``.
-    A retried or speculative attempt writes its own file; the driver reads the references of the
-    one attempt Spark keeps."""
+    (:class:`tfrecord_io.conversion.dealing.Dealer`): ``(shard, ((task, n), ipc bytes))`` for
+    Spark's shuffle, or with ``spill`` the pieces appended to this attempt's spill file under
+    ``<output>/_temporary/<attempt>/`` and ``(shard, ((task, n), (path, offset, length)))``
+    returned (a retried or speculative attempt writes its own file; the driver reads the
+    references of the one attempt Spark keeps)."""
 
     read: Any
     num_shards: int
     output: str
     job_id: str
+    spill: bool = True  # pieces into spill files (:func:`spills`); else their bytes into Spark's shuffle
 
     def __call__(self, index: int, rows: Iterable) -> Iterator[tuple]:
         return task_errors(self._dealt(index, rows))
 
     def _dealt(self, index: int, rows: Iterable) -> Iterator[tuple]:
-        attempt = _task_attempt(self.output, self.job_id)
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
         dealer = dealing.Dealer(self.num_shards, first=index, origin=index)
-        with spill.SpillWriter(output.attempt_dir(self.output, attempt)) as spilled:
+        spilled = spill.SpillWriter(output.attempt_dir(self.output, _task_attempt(self.output, self.job_id))) \
+            if self.spill else None
+        try:
             for parsed in self.read([batch]):
                 # The file's name, the same in every row of a split: sent once per piece, not per row.
                 at = parsed.schema.get_field_index(SOURCE)
                 yield from spill.sent(dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode())),
                                       spilled)
             yield from spill.sent(dealer.finish(), spilled)
+        finally:
+            if spilled is not None:
+                spilled.close()
 
 
 @dataclass(frozen=True)
 class WriteDealt:
-    """RDD ``mapPartitions`` function over one shard's dealt pieces (spill references, in key
-    order): their rows, read back from the spill files, in a random order seeded by the shard
-    (``shuffled``) or as they came, written by :class:`WriteStage`; yields its report rows as dicts."""
+    """RDD ``mapPartitions`` function over one shard's dealt pieces (spill references in key order,
+    or IPC bytes as Spark's shuffle delivers them): their rows, in a random order seeded by the
+    shard (``shuffled``) or as they came, written by :class:`WriteStage`; yields its report rows
+    as dicts."""
 
     write: Any
     shuffled: bool = True
@@ -908,7 +939,7 @@ class WriteDealt:
     def _written(self, items: Iterable[tuple]) -> Iterator[dict]:
         from pyspark import TaskContext
 
-        pieces = spill.read_pieces(items)
+        pieces = spill.read_pieces(piece for _, piece in items)
         if self.shuffled:
             batches = dealing.shuffled(pieces, np.random.default_rng(TaskContext.get().partitionId()))
         else:
