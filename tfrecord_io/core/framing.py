@@ -800,10 +800,14 @@ class _Reads:
             self._readinto = readinto
             return readinto(view)
 
-    def __next__(self) -> memoryview:
+    def _own_buffer(self) -> None:
+        """A new buffer when the caller kept the last chunk's."""
         if self._kept:
             self._buf = bytearray(_READ_SIZE)
             self._view, self._kept = memoryview(self._buf), False
+
+    def __next__(self) -> memoryview:
+        self._own_buffer()
         n = self._fill(self._view)
         if not n:
             raise StopIteration
@@ -819,9 +823,7 @@ class _Reads:
         no Python work per record (0 bytes read at the end of the file: the chunk is then the
         bytes not walked alone)."""
         tail = len(chunk) - pos
-        if self._kept:
-            self._buf = bytearray(_READ_SIZE)
-            self._view, self._kept = memoryview(self._buf), False
+        self._own_buffer()
         self._view[:tail] = chunk[pos:]  # overlapping within one buffer: a memmove
         n = self._fill(self._view[tail:])
         return self._view[:tail + n], n
