@@ -218,14 +218,18 @@ def parse_index(data: bytes, uri: str) -> RecordIndex:
 
 
 def encode_lengths(lengths: Any) -> str:
-    """Record lengths as the manifest holds them: base64 (ASCII) of zlib of uint32 little-endian."""
+    """Record lengths as the manifest holds them: base64 (ASCII) of zlib of uint32 little-endian.
+
+    zlib at level 1: the commit encodes every shard's lengths in the driver, after the last task,
+    so this is time the whole job waits.  On 500,000 lengths of ~300 bytes level 1 takes 11 ms
+    for 405 KB, level 6 83 ms for 324 KB (2026-12-05); any level decodes the same."""
     import base64
     import zlib
 
     raw = np.asarray(lengths, dtype=np.int64)
     if raw.size and int(raw.max()) > _MAX_LENGTH:
         raise ValueError(f"a record of {int(raw.max())} bytes: records of 4 GiB or more cannot be indexed")
-    return base64.b64encode(zlib.compress(raw.astype("<u4").tobytes(), 6)).decode("ascii")
+    return base64.b64encode(zlib.compress(raw.astype("<u4").tobytes(), 1)).decode("ascii")
 
 
 def decode_lengths(text: str, name: str) -> np.ndarray:
