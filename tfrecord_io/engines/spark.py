@@ -725,7 +725,7 @@ class ReadStage:
             self.line_counts.add({(split.source, split.start): rng.lines})
 
     def _internal(self, n: int, source: str, start: int, lines, raw, reasons) -> list:
-        return [pa.array([source] * n, pa.string()), pa.array(np.full(n, start, np.int64)),
+        return [pa.repeat(pa.scalar(source, pa.string()), n), pa.array(np.full(n, start, np.int64)),
                 pa.array(np.asarray(lines, np.int64)), raw if raw is not None else pa.nulls(n, pa.binary()),
                 reasons if reasons is not None else pa.nulls(n, pa.string())]
 
