@@ -138,3 +138,25 @@ def test_shards_per_writer_groups_small_shards_only():
     assert dealing.shards_per_writer(18, 18 * (128 << 20)) == 1  # default shards: one each
     assert dealing.shards_per_writer(3, 1000) == 3
     assert dealing.writer_groups(10_000, 1024) == 10 and dealing.writer_groups(7, 1) == 7
+
+
+@pytest.mark.parametrize("per", [1, 4])
+def test_spilled_pieces_are_the_bytes_the_shuffle_would_carry(tmp_path, per):
+    """Dealer(spill=...) writes each piece's IPC stream straight into the spill file: the references
+    read back (spill.read_pieces) are the very bytes an unspilled dealing sends, one after another
+    in one file, and the keys and shards are the same."""
+    from tfrecord_io.conversion import spill
+
+    batches = _batches(30_000, 4096)
+    plain = dealing.Dealer(8, first=3, origin="task", shards_per_piece=per)
+    expected = [p for b in batches for p in plain.deal(b)] + list(plain.finish())
+    with spill.SpillWriter(str(tmp_path / "attempt")) as spilled:
+        dealer = dealing.Dealer(8, first=3, origin="task", shards_per_piece=per, spill=spilled)
+        got = [p for b in batches for p in dealer.deal(b)] + list(dealer.finish())
+    assert len(got) == len(expected) > 1
+    assert [(shard, key) for shard, (key, _) in got] == [(shard, key) for shard, (key, _) in expected]
+    refs = [ref for _, (_, ref) in got]
+    assert all(spill.is_spilled(ref) and ref[0] == str(tmp_path / "attempt" / spill.SPILL_NAME) for ref in refs)
+    assert [ref[1] for ref in refs] == [sum(r[2] for r in refs[:i]) for i in range(len(refs))]  # back to back
+    read = list(spill.read_pieces((key, ref) for _, (key, ref) in got))
+    assert [data for _, data in read] == [data for _, (_, data) in expected]

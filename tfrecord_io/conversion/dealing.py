@@ -94,15 +94,21 @@ def writer_groups(num_shards: int, shards_per_piece: int) -> int:
 
 class Dealer:
     """A read task's dealing: :meth:`deal` each batch, then :meth:`finish`; both yield
-    ``(shard, (key, ipc bytes))`` pieces, the key ``(origin, n)`` for the task's n-th piece.
+    ``(shard, (key, ipc bytes or spill reference))`` pieces, the key ``(origin, n)`` for the task's n-th piece.
     ``origin``: what names the task (its index, or its first input's path); ``first``: the shard
     the task's first slice goes to (spread tasks over shards, deterministically: the task's index or
     a hash of its input).
 
     ``shards_per_piece`` > 1: pieces are keyed by writer group (shard // shards_per_piece) instead,
-    and carry each row's shard in :data:`SHARD_COLUMN`; the same rows go to the same shards."""
+    and carry each row's shard in :data:`SHARD_COLUMN`; the same rows go to the same shards.
 
-    def __init__(self, num_shards: int, first: int = 0, origin: Hashable = 0, shards_per_piece: int = 1):
+    ``spill``: a :class:`~tfrecord_io.conversion.spill.SpillWriter` that each piece's IPC stream is
+    written into as it leaves, its ``(path, offset, length)`` reference sent in place of the bytes
+    (the same bytes, never built in memory)."""
+
+    def __init__(self, num_shards: int, first: int = 0, origin: Hashable = 0, shards_per_piece: int = 1,
+                 spill=None):
+        self._spill = spill
         self.num_shards = max(1, num_shards)
         self._per = max(1, min(shards_per_piece, self.num_shards))
         self._next = first % self.num_shards
@@ -159,7 +165,8 @@ class Dealer:
         del self._sizes[shard]
         key = (self._origin, self._sent)
         self._sent += 1
-        return shard, (key, to_ipc(self._buckets.pop(shard)))
+        batches = self._buckets.pop(shard)
+        return shard, (key, to_ipc(batches) if self._spill is None else self._spill.put_batches(batches))
 
 
 def shuffled(pieces: Iterable[tuple[Hashable, bytes]], rng: np.random.Generator,

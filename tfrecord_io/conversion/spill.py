@@ -31,7 +31,7 @@ from typing import BinaryIO, Hashable, Iterable, Iterator
 
 from tfrecord_io.storage import fs
 
-__all__ = ["SpillWriter", "is_spilled", "read_pieces", "sent"]
+__all__ = ["SpillWriter", "is_spilled", "read_pieces"]
 
 SPILL_NAME = "_spill.arrows"
 
@@ -41,21 +41,50 @@ def is_spilled(data) -> bool:
     return isinstance(data, tuple)
 
 
+class _Piece:
+    """What pyarrow writes one piece's IPC stream to: the spill file, its bytes counted (its
+    positions are the piece's own, as in :func:`~tfrecord_io.conversion.dealing.to_ipc`'s bytes,
+    whatever the file's position and whether the filesystem's writer can tell it)."""
+
+    closed = False
+
+    def __init__(self, f: BinaryIO):
+        self._f, self.length = f, 0
+
+    def write(self, data) -> int:
+        self._f.write(data)
+        self.length += len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        return self.length
+
+    def tell(self) -> int:
+        return self.length
+
+    def flush(self) -> None:
+        pass
+
+
 class SpillWriter:
-    """A read task's spill file ``<directory>/_spill.arrows``, created at the first :meth:`put`."""
+    """A read task's spill file ``<directory>/_spill.arrows``, created at the first :meth:`put_batches`."""
 
     def __init__(self, directory: str):
         self.path = fs.join(directory, SPILL_NAME)
         self._f: BinaryIO | None = None
         self._offset = 0
 
-    def put(self, data: bytes) -> tuple[str, int, int]:
-        """Append ``data``; its reference ``(path, offset, length)``."""
+    def put_batches(self, batches: list) -> tuple[str, int, int]:
+        """Append batches of one schema as one Arrow IPC stream (the bytes
+        :func:`~tfrecord_io.conversion.dealing.to_ipc` gives, written straight into the file
+        rather than built in memory and copied to ``bytes`` first); its reference."""
+        import pyarrow as pa
+
         if self._f is None:
             self._f = fs.open(self.path, "wb")
-        self._f.write(data)
-        ref = (self.path, self._offset, len(data))
-        self._offset += len(data)
+        piece = _Piece(self._f)
+        with pa.ipc.new_stream(pa.PythonFile(piece, mode="w"), batches[0].schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+        ref = (self.path, self._offset, piece.length)
+        self._offset += piece.length
         return ref
 
     def close(self) -> None:
@@ -68,17 +97,6 @@ class SpillWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def sent(pieces: Iterable[tuple[Hashable, tuple[Hashable, bytes]]],
-         spilled: SpillWriter | None) -> Iterator[tuple[Hashable, tuple[Hashable, object]]]:
-    """``(destination, (key, ipc bytes))`` pieces as they go into the shuffle: as they are, or with
-    the bytes spilled and a reference in their place."""
-    if spilled is None:
-        yield from pieces
-        return
-    for destination, (key, data) in pieces:
-        yield destination, (key, spilled.put(data))
 
 
 def _read_exactly(f: BinaryIO, length: int) -> bytes:

@@ -294,16 +294,16 @@ class ReadFile(_JobDoFn):
 
     def process(self, element):
         paths = list(element)
-        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(paths[0].encode("utf-8", "backslashreplace")),
-                                origin=paths[0], shards_per_piece=self.job.shards_per_writer)
         spilled = self.job.spill_writer()
+        dealer = dealing.Dealer(self.job.num_shards, first=zlib.crc32(paths[0].encode("utf-8", "backslashreplace")),
+                                origin=paths[0], shards_per_piece=self.job.shards_per_writer, spill=spilled)
         try:
-            yield from self._read(paths, dealer, spilled)
+            yield from self._read(paths, dealer)
         finally:
             if spilled is not None:
                 spilled.close()
 
-    def _read(self, paths, dealer, spilled):
+    def _read(self, paths, dealer):
         conv, schema = self.job.conv, self.job.schema
         sequence = schema.record_type == "sequence_example"
         keys = (schema.group_by, schema.order_by or schema.group_by) if sequence else ()
@@ -339,8 +339,8 @@ class ReadFile(_JobDoFn):
             if sequence:
                 yield from _split_groups(pb, schema)
             else:
-                yield from spill.sent(dealer.deal(pb.rows), spilled)
-        yield from spill.sent(dealer.finish(), spilled)
+                yield from dealer.deal(pb.rows)
+        yield from dealer.finish()
         for path, rows in input_rows.items():
             self.files_read.inc()
             yield beam.pvalue.TaggedOutput(STATS_TAG, {"kind": "input", "path": path, "rows": rows})
@@ -487,8 +487,9 @@ class BuildSequenceExamples(_JobDoFn):
                     if per > 1:
                         columns.append(pa.array(shards[rows].astype(np.int32)))
                         names.append(dealing.SHARD_COLUMN)
-                    data = dealing.to_ipc(pa.RecordBatch.from_arrays(columns, names=names))
-                    yield emit((int(group), (None, data if spilled is None else spilled.put(data))))
+                    piece = pa.RecordBatch.from_arrays(columns, names=names)
+                    yield emit((int(group), (None, dealing.to_ipc(piece) if spilled is None
+                                             else spilled.put_batches([piece]))))
             finally:
                 if spilled is not None:
                     spilled.close()
@@ -570,7 +571,7 @@ class WriteShard(_JobDoFn):
                         for shard, records in by_shard(window):
                             for chunk in records.chunks:
                                 piece = pa.RecordBatch.from_arrays([chunk], names=["record"])
-                                refs[shard].append((None, scratch.put(dealing.to_ipc(piece))))
+                                refs[shard].append((None, scratch.put_batches([piece])))
                 for shard in shards:
                     parts = (b.column(0) for _, data in spill.read_pieces(refs[shard])
                              for b in dealing.from_ipc(data))

@@ -908,15 +908,14 @@ class DealRows:
         splits = list(rows)
         batch = pa.RecordBatch.from_pydict({name: [sp[i] for sp in splits] for i, name in
                                             enumerate(_SPLITS_SCHEMA.names)}, schema=_SPLITS_SCHEMA)
-        dealer = dealing.Dealer(self.num_shards, first=index, origin=index)
         with (spill.SpillWriter(output.attempt_dir(self.output, _task_attempt(self.output, self.job_id)))
               if self.spill else contextlib.nullcontext()) as spilled:
+            dealer = dealing.Dealer(self.num_shards, first=index, origin=index, spill=spilled)
             for parsed in self.read([batch]):
                 # The file's name, the same in every row of a split: sent once per piece, not per row.
                 at = parsed.schema.get_field_index(SOURCE)
-                yield from spill.sent(dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode())),
-                                      spilled)
-            yield from spill.sent(dealer.finish(), spilled)
+                yield from dealer.deal(parsed.set_column(at, SOURCE, parsed.column(at).dictionary_encode()))
+            yield from dealer.finish()
 
 
 @dataclass(frozen=True)
