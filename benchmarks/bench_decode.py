@@ -17,9 +17,17 @@ columns in memory:
                SequenceExamples: tf.io.parse_sequence_example, RaggedFeature everywhere
     decode.py: decode_record per record (pure Python), on the first --slow-records records
 
+And the readers, the same records from a file (written once, in the page cache) into columns:
+
+    ours:      read_batches(file, format="arrow")       -> Arrow batches of --batch-records
+               (the chunk walk, both CRCs checked, then decode_batch; decode_threads default, and 1)
+    TF:        TFRecordDataset(file).batch(n).map(parse_example, AUTOTUNE).prefetch(AUTOTUNE)
+               -> numpy arrays (parse_sequence_example for SequenceExamples), tf.data's pipeline
+
 Every path runs once per round, in the same order, --rounds rounds after a warm-up; the table
 gives the median records/s and ours / TF.  TensorFlow's parser runs on as many threads as it
-likes (its own pool); ours on one: the CPU column (process CPU time) says what each costs.
+likes (its own pool); decode_batch on one, read_batches on its decode_threads: the CPU column
+(process CPU time) says what each costs.
 Run:  .venv/bin/python benchmarks/bench_decode.py
 """
 
@@ -44,6 +52,8 @@ from tfrecord_io.core import native  # noqa: E402
 from tfrecord_io.core.arrow_decode import decode_batch  # noqa: E402
 from tfrecord_io.core.codec import encode_examples, encode_sequence_examples  # noqa: E402
 from tfrecord_io.core.decode import decode_record  # noqa: E402
+from tfrecord_io.core.framing import frame_records  # noqa: E402
+from tfrecord_io.engines.batches import _default_threads, read_batches  # noqa: E402
 from tfrecord_io.core.schema import Schema  # noqa: E402
 
 NUMBERS = [f.name for f in SCHEMA.features if f.name not in ("category", "label")]
@@ -92,6 +102,46 @@ def tf_paths():
     return examples(ragged), examples(fixed), sequences
 
 
+def write_files(examples: list[bytes], sequences: list[bytes]) -> tuple[str, str]:
+    """The records framed into two files of a temporary directory (removed at exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="bench-decode-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    paths = (os.path.join(root, "examples.tfrecord"), os.path.join(root, "sequences.tfrecord"))
+    for path, records in zip(paths, (examples, sequences)):
+        with open(path, "wb") as f:
+            f.write(frame_records(pa.array(records, pa.binary())))
+    return paths
+
+
+def tf_readers(batch: int):
+    """TensorFlow's reader of a file into columns: tf.data's pipeline as its guide writes it."""
+    import tensorflow as tf
+
+    dtype = {"int64": tf.int64, "float": tf.float32, "string": tf.string}
+
+    def ragged(features):
+        return {f.name: tf.io.RaggedFeature(dtype[f.type], row_splits_dtype=tf.int64) for f in features}
+
+    specs = {"ragged": ragged(SCHEMA.features),
+             "fixed": {f.name: tf.io.FixedLenFeature([], dtype[f.type]) for f in SCHEMA.features}}
+    ctx, seq = ragged(SEQ_SCHEMA.context), ragged(SEQ_SCHEMA.sequence)
+    parse = {"ragged": lambda b: tf.io.parse_example(b, specs["ragged"]),
+             "fixed": lambda b: tf.io.parse_example(b, specs["fixed"]),
+             "sequence": lambda b: tf.io.parse_sequence_example(b, context_features=ctx, sequence_features=seq)[:2]}
+
+    def run(path: str, kind: str) -> None:
+        ds = tf.data.TFRecordDataset(path).batch(batch).map(parse[kind], num_parallel_calls=tf.data.AUTOTUNE)
+        for parsed in ds.prefetch(tf.data.AUTOTUNE):
+            for tensors in (parsed if kind == "sequence" else (parsed,)):
+                for t in tensors.values():
+                    (t.flat_values if isinstance(t, tf.RaggedTensor) else t).numpy()
+    return run
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=500_000)
@@ -121,6 +171,8 @@ def main() -> None:
     ex_tensors, seq_tensors = ([tf.constant(b.to_numpy(zero_copy_only=False)) for b in batches]
                                for batches in (ex_batches, seq_batches))
     tf_ragged, tf_fixed, tf_seq = tf_paths()
+    files = write_files(examples, sequences)
+    tf_reader = tf_readers(args.batch_records)
     def on(core, run):
         """``run`` on one record core."""
         if core == "native":
@@ -131,7 +183,16 @@ def main() -> None:
                 run()
         return pure
 
-    ours_path = f"tfrecord-io decode_batch, {cores[0]}"  # the row the ratios are of
+    ours_rows = {"Example": f"tfrecord-io decode_batch, {cores[0]}",  # the rows the ratios are of
+                 "SequenceExample": f"tfrecord-io decode_batch, {cores[0]}",
+                 "Example file": "tfrecord-io read_batches", "SequenceExample file": "tfrecord-io read_batches"}
+
+    def reader(path, schema, threads=None):
+        def run():
+            for _ in read_batches(path, batch_size=args.batch_records, format="arrow", schema=schema,
+                                  decode_threads=threads):
+                pass
+        return on(cores[0], run)
     paths = {
         **{("Example", f"tfrecord-io decode_batch, {c}"): (
             len(examples), on(c, lambda: [decode_batch(b, SCHEMA) for b in ex_batches])) for c in cores},
@@ -145,6 +206,17 @@ def main() -> None:
         ("SequenceExample", "decode.py decode_record"): (
             min(args.slow_records // args.steps, len(sequences)),
             lambda: [decode_record(r) for r in sequences[:args.slow_records // args.steps]]),
+        ("Example file", "tfrecord-io read_batches"): (len(examples), reader(files[0], SCHEMA)),
+        ("Example file", "tfrecord-io read_batches, decode_threads=1"): (len(examples), reader(files[0], SCHEMA, 1)),
+        ("Example file", "tf.data + parse_example, RaggedFeature"): (len(examples),
+                                                                     lambda: tf_reader(files[0], "ragged")),
+        ("Example file", "tf.data + parse_example, FixedLenFeature"): (len(examples),
+                                                                       lambda: tf_reader(files[0], "fixed")),
+        ("SequenceExample file", "tfrecord-io read_batches"): (len(sequences), reader(files[1], SEQ_SCHEMA)),
+        ("SequenceExample file", "tfrecord-io read_batches, decode_threads=1"): (
+            len(sequences), reader(files[1], SEQ_SCHEMA, 1)),
+        ("SequenceExample file", "tf.data + parse_sequence_example, RaggedFeature"): (
+            len(sequences), lambda: tf_reader(files[1], "sequence")),
     }
     before = os.getloadavg()
     wall: dict = {k: [] for k in paths}
@@ -159,11 +231,12 @@ def main() -> None:
     print(f"\nbench_decode on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}): "
           f"{args.rows:,} rows x 17 columns; {len(sequences):,} SequenceExamples of {args.steps} steps; "
           f"batches of {args.batch_records} records; median of {args.rounds} interleaved rounds\n")
-    print(f"ours: decode_batch on the {cores[0]} core; load average before: {before}, after: {os.getloadavg()}\n")
+    print(f"ours: decode_batch and read_batches on the {cores[0]} core (read_batches' default decode_threads: "
+          f"{_default_threads()}); load average before: {before}, after: {os.getloadavg()}\n")
     print("| records | path | records/s | records/s per CPU second | ours / this (wall) | ours / this (CPU) |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for kind in ("Example", "SequenceExample"):
-        ours = (kind, ours_path)
+    for kind in ours_rows:
+        ours = (kind, ours_rows[kind])
         for key in (k for k in paths if k[0] == kind):
             w, c = statistics.median(wall[key]), statistics.median(cpu[key])
             rw = statistics.median(wall[ours]) / w

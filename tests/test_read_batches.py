@@ -16,7 +16,7 @@ from tfrecord_io.core.framing import CorruptRecordError, TFRecordWriter
 from tfrecord_io.core.schema import Schema
 from tfrecord_io.engines import batches as batches_module
 from tfrecord_io.engines.batches import Ragged, read_batches
-from tfrecord_io.storage import fs, output
+from tfrecord_io.storage import fs, output, sources
 
 GOLDEN = Path(__file__).parent / "golden" / "spark-tfrecord"
 
@@ -113,25 +113,150 @@ def test_epochs_and_drop_remainder(out):
     assert sum(len(next(forever)["id"]) for _ in range(10)) == 10000
 
 
-def test_a_file_bigger_than_a_batch_is_streamed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_file_bigger_than_a_batch_is_streamed(tmp_path, monkeypatch, threads):
     big = write(str(tmp_path / "big"), [(0, 60_000)])
     read = {"n": 0}
-    real = batches_module.iter_file_records
+    real = batches_module.iter_file_chunks
 
     def counted(file, **kw):
-        for item in real(file, **kw):
-            read["n"] += 1
-            yield item
+        for offsets, records in real(file, **kw):
+            read["n"] += len(records)
+            yield offsets, records
 
-    monkeypatch.setattr(batches_module, "iter_file_records", counted)
-    it = read_batches(big, batch_size=100, shuffle=True, seed=0, shuffle_buffer=1000)
+    monkeypatch.setattr(batches_module, "iter_file_chunks", counted)
+    it = read_batches(big, batch_size=100, shuffle=True, seed=0, shuffle_buffer=1000, decode_threads=threads)
+    ahead = (threads + 1) * batches_module._CHUNK_RECORDS  # chunks decoding, and the next one read
     first = next(it)
     assert len(first["id"]) == 100
-    assert read["n"] <= batches_module._CHUNK_RECORDS + 1000, read  # a chunk and a window, not the file
+    assert read["n"] <= ahead + 1000, read  # chunks and a window, not the file
     held = [read["n"] - 100]
     for k, b in enumerate(it, start=2):
         held.append(read["n"] - 100 * k)
-    assert max(held) <= batches_module._CHUNK_RECORDS + 1000 + 100 and read["n"] == 60_000
+    assert max(held) <= ahead + 1000 + 100 and read["n"] == 60_000
+
+
+@pytest.fixture(scope="module")
+def chunks(tmp_path_factory) -> str:
+    """Three files, the first of several chunks (several decodes in flight in one file)."""
+    return write(str(tmp_path_factory.mktemp("rbt") / "out"), [(0, 30_000), (30_000, 700), (30_700, 9_300)])
+
+
+def _same_batches(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], Ragged):
+                assert x[k].to_list() == y[k].to_list(), k
+            else:
+                assert np.array_equal(x[k], y[k]), k
+
+
+@pytest.mark.parametrize("kw", [{}, {"shuffle": True, "seed": 5, "shuffle_buffer": 3000, "num_epochs": 2},
+                                {"shard": (1, 2)}, {"shard": (2, 5), "shuffle": True, "seed": 1}])
+def test_decode_threads_give_the_same_batches_in_the_same_order(chunks, kw):
+    one = list(read_batches(chunks, batch_size=1000, decode_threads=1, **kw))
+    for threads in (2, 3, None):
+        _same_batches(one, list(read_batches(chunks, batch_size=1000, decode_threads=threads, **kw)))
+    arrow = [list(read_batches(chunks, batch_size=1000, decode_threads=t, format="arrow", **kw)) for t in (1, 2)]
+    assert arrow[0] == arrow[1]
+    if not kw:
+        assert np.concatenate([b["id"] for b in one]).tolist() == list(range(40_000))
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_decode_threads_meet_a_damaged_file_where_one_thread_does(tmp_path, skip):
+    base = write(str(tmp_path / "c"), [(0, 30_000), (30_000, 50)])
+    first = sorted(p for p in Path(base).iterdir() if p.name.startswith("part-"))[0]
+    data = bytearray(first.read_bytes())
+    data[len(data) * 2 // 3] ^= 0xFF  # past a few chunks
+    first.write_bytes(bytes(data))
+    got = {}
+    for threads in (1, 2):
+        ids, error = [], None
+        try:
+            for b in read_batches(base, batch_size=500, decode_threads=threads,
+                                  on_corrupt="skip" if skip else "error"):
+                ids += b["id"].tolist()
+        except CorruptRecordError as e:
+            error = str(e)
+        got[threads] = ids, error
+    assert got[1] == got[2]
+    ids, error = got[1]
+    assert 10_000 < len(ids) < 30_050 and (error is None) == skip
+    assert ids[:15_000] == list(range(15_000)) and (not skip or ids[-50:] == list(range(30_000, 30_050)))
+
+
+def test_an_abandoned_reader_ends_its_decode_threads(chunks):
+    import threading
+
+    def decoders():
+        return [t for t in threading.enumerate() if t.name.startswith("tfrecord-io-decode")]
+
+    it = read_batches(chunks, batch_size=100, decode_threads=2)
+    next(it)
+    assert decoders()
+    it.close()
+    for t in decoders():
+        t.join(timeout=30)
+    assert not decoders()
+
+
+def test_a_reader_made_before_a_fork_reads_in_the_child(chunks):
+    """PyTorch's DataLoader workers: the reader made in the parent (which has read with threads
+    before), iterated in a forked child."""
+    import os
+
+    assert len(list(read_batches(chunks, batch_size=5000, decode_threads=2))) == 8  # threads in the parent
+    it = read_batches(chunks, batch_size=5000, decode_threads=2)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read, report the sum of the ids, leave without the parent's clean-ups
+        code = 1
+        try:
+            os.write(w, str(sum(int(b["id"].sum()) for b in it)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and got == str(sum(range(40_000)))
+
+
+def test_file_chunks_join_the_reads_of_large_records(tmp_path):
+    """iter_file_chunks (read_batches' and spark.read's walk): the records and offsets of the record
+    walk, at most max_records a chunk, the reads of large records joined; a damaged record: the
+    records before it, then its error."""
+    from tfrecord_io.core.framing import frame_records
+    from tfrecord_io.storage.sources import iter_file_chunks, iter_file_records
+
+    rng = np.random.default_rng(3)
+    records = [rng.bytes(n) for n in [3000] * 2000 + [50] * 9000 + [3000] * 500]
+    path = tmp_path / "mixed.tfrecord"
+    path.write_bytes(frame_records(records))
+    (file,) = sources.resolve_source(str(path)).files
+    want = list(iter_file_records(file))
+    firsts = {}
+    for min_records, max_records in ((1, 4096), (1024, 4096), (1024, 1500), (5000, 4096)):
+        chunks = list(iter_file_chunks(file, max_records=max_records, min_records=min_records))
+        assert [(o, r) for offs, recs in chunks for o, r in zip(offs.tolist(), recs.to_pylist())] == want
+        assert max(len(r) for _, r in chunks) <= max_records
+        firsts[min_records, max_records] = len(chunks[0][1])
+    # a 1 MiB read holds ~348 records of 3,000 bytes: alone, joined until 1,024 records, or 4 MiB
+    per_read = firsts[1, 4096]
+    assert 300 < per_read < 400 and 1024 <= firsts[1024, 4096] == firsts[1024, 1500] < 1024 + per_read
+    assert (4 << 20) <= firsts[5000, 4096] * 3012 < (5 << 20) + (1 << 20)
+    data = bytearray(path.read_bytes())
+    data[want[1500][0] + 20] ^= 1
+    path.write_bytes(bytes(data))
+    got = []
+    with pytest.raises(CorruptRecordError, match=f"byte offset {want[1500][0]}"):
+        for offs, recs in iter_file_chunks(file, max_records=4096, min_records=1024):
+            got += recs.to_pylist()
+    assert got == records[:1500]
 
 
 def test_sequence_examples_are_padded_with_lengths(tmp_path):
@@ -216,6 +341,7 @@ def test_corrupt_files_fail_naming_the_offset_or_are_skipped(tmp_path):
     ({"batch_size": 8, "shard": (3, 3)}, "shard must be"),
     ({"batch_size": 8, "features": ["idd"]}, "did you mean 'id'"),
     ({"batch_size": 8, "format": "torch"}, "format must be"),
+    ({"batch_size": 8, "decode_threads": 0}, "decode_threads must be a positive integer or None"),
     ({"batch_size": 8, "compression": "lz4"}, "compression"),
 ])
 def test_bad_options_fail_at_the_call(out, kw, message):

@@ -549,18 +549,13 @@ def until_corrupt(records: Iterable, broken: list) -> Iterator:
         broken.append(e)
 
 
-def record_chunks(records: Iterable[tuple[int, bytes]], *, max_records: int, max_bytes: int,
-                  adaptive: bool = False) -> Iterator[tuple[list[int], list[bytes]]]:
+def record_chunks(records: Iterable[tuple[int, bytes]], *, max_records: int,
+                  max_bytes: int) -> Iterator[tuple[list[int], list[bytes]]]:
     """``records`` (``(offset, data)`` pairs, as the readers give them) in consecutive chunks
     ``(offsets, datas)``, for readers that decode a chunk of records at a time; no chunk is empty.
 
     A chunk ends at its ``max_records``-th record or at the record that brings it to ``max_bytes``
-    bytes, whichever comes first: it holds at most ``max_bytes`` and one record.  ``adaptive``
-    chunks are counted instead: the first has 1024 records, each next one as many as the previous
-    chunk's mean record size fits in ``max_bytes`` (at least 64, at most ``max_records``), whatever
-    bytes they come to -- chunks of an even number of records, for readers that pass them on
-    (Spark's Arrow batches, the numpy loader's shuffle windows)."""
-    limit, byte_limit = (1024, None) if adaptive else (max_records, max_bytes)
+    bytes, whichever comes first: it holds at most ``max_bytes`` and one record."""
     offsets: list[int] = []
     datas: list[bytes] = []
     size = 0
@@ -568,10 +563,8 @@ def record_chunks(records: Iterable[tuple[int, bytes]], *, max_records: int, max
         offsets.append(offset)
         datas.append(data)
         size += len(data)
-        if len(datas) >= limit or (byte_limit is not None and size >= byte_limit):
+        if len(datas) >= max_records or size >= max_bytes:
             yield offsets, datas
-            if adaptive:
-                limit = max(64, min(max_records, max_bytes * len(datas) // max(1, size)))
             offsets, datas, size = [], [], 0
     if datas:
         yield offsets, datas

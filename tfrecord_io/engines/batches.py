@@ -20,12 +20,13 @@ The pipeline, per call (one per worker)::
       -> this shard's share (shard=(index, count)): files[index::count]; with fewer files than
          shards, every file and the records with (file position + record number) % count == index
       -> file order shuffled each epoch (seeded)                          [shuffle=True]
-      -> per file: records streamed (both CRCs checked), decoded a chunk at a time
+      -> per file: records streamed a chunk at a time (both CRCs checked), each chunk decoded on
+         one of decode_threads threads (the chunks' order kept)
       -> records shuffled in windows of shuffle_buffer (a uniform permutation of each window)
       -> batches of batch_size; each epoch ends with its partial batch (unless drop_remainder)
 
-Memory is bounded: a file is streamed, never held; at most one decoded chunk, one shuffle window
-and one batch are in memory at once.  Shards are disjoint and together hold every record exactly
+Memory is bounded: a file is streamed, never held; at most ``decode_threads`` + 1 chunks (of at
+most 4,096 records), one shuffle window and one batch are in memory at once.  Shards are disjoint and together hold every record exactly
 once, whatever the file order or seed, so ``shard=(worker, workers)`` splits an epoch among data
 loader workers or hosts.
 
@@ -42,30 +43,33 @@ SequenceExample features are padded to the longest sequence in the batch, ``[bat
 
 from __future__ import annotations
 
-import itertools
+import collections
+import functools
 import logging
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrecord_io.core.arrow_decode import Origin, decode_batch
-from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
+from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
 from tfrecord_io.engines.reader_options import check_common, check_feature_names
 from tfrecord_io.core.schema import Feature, Schema
 from tfrecord_io.storage import sources
 from tfrecord_io.storage.partitions import select_partitions
-from tfrecord_io.storage.sources import Source, SourceFile, iter_file_records
+from tfrecord_io.storage.sources import Source, SourceFile, iter_file_chunks
 
 __all__ = ["BatchOptions", "Ragged", "read_batches"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SHUFFLE_BUFFER = 10_000
-_CHUNK_RECORDS = 4096   # records decoded at once ...
-_CHUNK_BYTES = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
+_CHUNK_RECORDS = 4096  # records decoded at once, at most (a chunk is about one 1 MiB read, or a few of
+                       # large records: iter_file_chunks; the decoder's working set stays in the CPU cache)
 _FORMATS = ("numpy", "arrow")
 
 
@@ -86,6 +90,11 @@ class BatchOptions:
         ``"gzip"`` / ``"zlib"`` for every file.
     on_corrupt: ``"error"`` (a damaged file fails, naming it and the byte offset) or ``"skip"``
         (the rest of that file is dropped, with a warning).
+    decode_threads: chunks of records decoded at once, on threads of the reader's own (the
+        batches are the same, in the same order, whatever the number).  Default None: the CPUs
+        this process may use, at most 4 (``_default_threads``), as pyarrow's ``use_threads``;
+        1 decodes on the caller's thread (where one process per core already runs, e.g. many
+        DataLoader workers).
     """
 
     batch_size: int
@@ -99,14 +108,15 @@ class BatchOptions:
     format: str = "numpy"
     compression: str = "auto"
     on_corrupt: str = "error"
+    decode_threads: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "shuffle_buffer", "num_epochs"):
+        for name in ("batch_size", "shuffle_buffer", "num_epochs", "decode_threads"):
             value = getattr(self, name)
-            if value is None and name == "num_epochs":
+            if value is None and name in ("num_epochs", "decode_threads"):
                 continue
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer{' or None' if name == 'num_epochs' else ''}, "
+                raise ValueError(f"{name} must be a positive integer{' or None' if name in ('num_epochs', 'decode_threads') else ''}, "
                                  f"got {value!r}")
         if self.features is not None:
             if isinstance(self.features, str):
@@ -153,7 +163,8 @@ def read_batches(source: Any, *, batch_size: int, features: Sequence[str] | None
                  shard: tuple[int, int] | None = None, shuffle: bool = False, seed: int | None = None,
                  num_epochs: int | None = 1, drop_remainder: bool = False,
                  shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, format: str = "numpy", compression: str = "auto",
-                 on_corrupt: str = "error", partitions: dict | None = None) -> Iterator:
+                 on_corrupt: str = "error", partitions: dict | None = None,
+                 decode_threads: int | None = None) -> Iterator:
     """Batches of a TFRecord source: dicts of numpy arrays, or RecordBatches (module doc).
 
     The source, its schema and the options are checked now (ValueError / FileNotFoundError);
@@ -163,7 +174,8 @@ def read_batches(source: Any, *, batch_size: int, features: Sequence[str] | None
     """
     options = BatchOptions(batch_size=batch_size, features=features, shard=shard, shuffle=shuffle, seed=seed,
                            num_epochs=num_epochs, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
-                           format=format, compression=compression, on_corrupt=on_corrupt)
+                           format=format, compression=compression, on_corrupt=on_corrupt,
+                           decode_threads=decode_threads)
     src = select_partitions(sources.resolve_source(source, compression=options.compression, committed=True,
                                                    schema=schema), partitions)
     resolved = src.schema if src.schema is not None else _infer(src)
@@ -202,29 +214,86 @@ def _shard_files(files: Sequence[SourceFile], shard: tuple[int, int] | None):
     return indexed, shard
 
 
-def _decoded(position: int, file: SourceFile, schema: Schema, chosen: list[Feature], options: BatchOptions,
-             stride: tuple[int, int] | None) -> Iterator[pa.RecordBatch]:
-    """One file's records (this shard's), decoded a chunk at a time; dense-ready for numpy."""
+def _file_jobs(position: int, file: SourceFile, schema: Schema, chosen: list[Feature], options: BatchOptions,
+               stride: tuple[int, int] | None) -> Iterator[Callable[[], pa.RecordBatch | None]]:
+    """One file's work, in order: a decode of each chunk of its records (this shard's), then, when
+    the file is damaged, its end (the error, or the warning of ``on_corrupt="skip"``).  The records
+    are read here, as the jobs are made; a job runs on any thread (:func:`_in_order`)."""
     names = [f.name for f in chosen]
     broken: list[CorruptRecordError] = []
-
-    records = until_corrupt(iter_file_records(file), broken)
-    first, step = 0, 1
-    if stride is not None:  # record j is this shard's when (position + j) % count == index
-        first, step = (stride[0] - position) % stride[1], stride[1]
-        records = itertools.islice(records, first, None, step)
-    done = 0  # chunks of as many records as make _CHUNK_BYTES, at most _CHUNK_RECORDS
-    for offsets, chunk in record_chunks(records, max_records=_CHUNK_RECORDS, max_bytes=_CHUNK_BYTES, adaptive=True):
-        numbers = range(first + step * done, first + step * (done + len(chunk)), step)
-        origin = Origin(file.uri, offsets=offsets, numbers=numbers)
-        decoded = decode_batch(chunk, schema, features=names, origin=origin)
-        yield decoded if options.format == "arrow" else _dense_ready(decoded, schema, chosen, origin)
-        done += len(chunk)
+    done = 0  # records of the file before the chunk
+    chunks = iter_file_chunks(file, max_records=_CHUNK_RECORDS)
+    for offsets, records in until_corrupt(chunks, broken):
+        origin = Origin(file.uri, first=done, offsets=offsets)
+        done += len(records)
+        if stride is not None:  # record j is this shard's when (position + j) % count == index
+            numbers = np.arange(origin.first, done)
+            mine = np.flatnonzero((position + numbers) % stride[1] == stride[0])
+            if not mine.size:
+                continue
+            records = records.take(pa.array(mine))
+            origin = Origin(file.uri, offsets=offsets[mine], numbers=numbers[mine])
+        yield functools.partial(_decode_chunk, records, origin, schema, chosen, names, options.format)
     if broken:
-        if options.on_corrupt != "skip":
-            raise broken[0]
-        log.warning("on_corrupt='skip': %s: dropped the rest of the file after the intact records (%s)",
-                    file.uri, broken[0])
+        yield functools.partial(_damaged, file.uri, broken[0], options.on_corrupt)
+
+
+def _decode_chunk(chunk: Any, origin: Origin, schema: Schema, chosen: list[Feature], names: list[str],
+                  format: str) -> pa.RecordBatch:
+    """A chunk's records decoded; dense-ready for numpy."""
+    decoded = decode_batch(chunk, schema, features=names, origin=origin)
+    return decoded if format == "arrow" else _dense_ready(decoded, schema, chosen, origin)
+
+
+def _damaged(uri: str, error: CorruptRecordError, on_corrupt: str) -> None:
+    """The end of a damaged file, after its intact records: the error, or with ``on_corrupt="skip"``
+    a warning."""
+    if on_corrupt != "skip":
+        raise error
+    log.warning("on_corrupt='skip': %s: dropped the rest of the file after the intact records (%s)", uri, error)
+
+
+def _default_threads() -> int:
+    """Decode threads when none are asked: the CPUs this process may use (its affinity), at most
+    4 -- past that the reads and the Python side of a decode, one thread's work, are the limit."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def _in_order(jobs: Iterator[Callable[[], Any]], threads: int) -> Iterator:
+    """The jobs' results (None left out) in the jobs' order, an error at its job's place.
+
+    With ``threads`` > 1 up to that many jobs run at once on a pool of this generator's own while
+    the next job is made here (its records read): the compiled decoder leaves the GIL while it
+    scans a chunk.  The pool is made at the first ``next()``, in the process that iterates (a
+    ``fork`` after ``read_batches()`` and before it, as PyTorch's DataLoader workers do, is safe),
+    and ends with the generator; at most ``threads`` + 1 chunks are in hand.
+    """
+    if threads == 1:
+        for job in jobs:
+            result = job()
+            if result is not None:
+                yield result
+        return
+    pending: collections.deque[Future] = collections.deque()
+    with ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-io-decode") as pool:
+        try:
+            for job in jobs:
+                pending.append(pool.submit(job))
+                while len(pending) > threads or (pending and pending[0].done()):
+                    result = pending.popleft().result()
+                    if result is not None:
+                        yield result
+            while pending:
+                result = pending.popleft().result()
+                if result is not None:
+                    yield result
+        finally:  # the consumer stopped early, or a job failed: the queued jobs do not run
+            for future in pending:
+                future.cancel()
 
 
 def _dense_ready(batch: pa.RecordBatch, schema: Schema, chosen: list[Feature], origin: Origin) -> pa.RecordBatch:
@@ -284,11 +353,13 @@ def _shape_text(f: Feature) -> str:
 def _batches(src: Source, schema: Schema, chosen: list[Feature], options: BatchOptions) -> Iterator:
     files, stride = _shard_files(src.files, options.shard)
     convert = (lambda b: b) if options.format == "arrow" else (lambda b: _to_numpy(b, schema, chosen))
+    threads = options.decode_threads if options.decode_threads is not None else _default_threads()
     epoch = 0
     while options.num_epochs is None or epoch < options.num_epochs:
         rng = np.random.default_rng(None if options.seed is None else [options.seed, epoch])
         order = rng.permutation(len(files)) if options.shuffle else range(len(files))
-        chunks = (c for k in order for c in _decoded(*files[k], schema, chosen, options, stride))
+        jobs = (job for k in order for job in _file_jobs(*files[k], schema, chosen, options, stride))
+        chunks = _in_order(jobs, threads)
         if options.shuffle:
             chunks = _windows(chunks, options.shuffle_buffer, options.batch_size, rng)
         for batch in _rebatch(chunks, options.batch_size, options.drop_remainder):

@@ -606,8 +606,8 @@ class _Reader(DataSourceReader):
     columns: list  # the requested DataFrame columns, in order
     on_corrupt: str = "error"
     path_values: dict = field(default_factory=dict)  # column -> {file: value}: partition columns from paths
-    batch_records: int = 8192
-    batch_bytes: int = 1 << 20  # ... or this many record bytes: the decoder's working set stays in the CPU cache
+    batch_records: int = 8192  # records per batch at most; a batch is about one 1 MiB read of the file (the
+                               # decoder's working set stays in the CPU cache)
 
     file_partitions: dict = field(default_factory=dict)  # file -> its partition values from its path
 
@@ -634,8 +634,8 @@ class _Reader(DataSourceReader):
         return [_File(f) for f in self.files]  # one per file: TFRecords do not split
 
     def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
-        from tfrecord_io.core.framing import CorruptRecordError, record_chunks, until_corrupt
-        from tfrecord_io.storage.sources import iter_file_records
+        from tfrecord_io.core.framing import CorruptRecordError, until_corrupt
+        from tfrecord_io.storage.sources import iter_file_chunks
 
         if not isinstance(partition, _File):  # no file left (every one pruned): Spark's one empty partition
             return
@@ -643,12 +643,12 @@ class _Reader(DataSourceReader):
         broken: list[CorruptRecordError] = []
 
         uri = partition.file.uri
-        # (a file its manifest lists is checked against its entry: count, size, CRC-32C of its bytes)
-        stream = until_corrupt(iter_file_records(partition.file, verify=True), broken)
-        first = 0  # batches of as many records as make batch_bytes, at most batch_records
-        for offsets, records in record_chunks(stream, max_records=self.batch_records, max_bytes=self.batch_bytes,
-                                              adaptive=True):
-            yield self._batch(records, uri, first, np.array(offsets, dtype=np.int64))
+        # a chunk of records at a time, no Python object per record (a file its manifest lists is
+        # checked against its entry: count, size, CRC-32C of its bytes)
+        stream = until_corrupt(iter_file_chunks(partition.file, max_records=self.batch_records), broken)
+        first = 0
+        for offsets, records in stream:
+            yield self._batch(records, uri, first, offsets)
             first += len(records)
         if broken:
             if self.on_corrupt != "skip":
@@ -658,7 +658,7 @@ class _Reader(DataSourceReader):
             print(f"tfrecord-io: onCorrupt=skip: {uri}: dropped the rest of the file after "
                   f"the intact records", file=sys.stderr)
 
-    def _batch(self, records: list[bytes], uri: str, first: int, offsets) -> pa.RecordBatch:
+    def _batch(self, records: pa.Array, uri: str, first: int, offsets) -> pa.RecordBatch:
         from tfrecord_io.core.arrow_decode import Origin, decode_batch
 
         features = [n for n, _ in self.columns if n not in self.path_values]

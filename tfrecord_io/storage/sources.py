@@ -31,6 +31,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from tfrecord_io.core.checksum import ChecksumReader, format_crc, parse_crc
 from tfrecord_io.core.framing import compression_from_path, iter_record_chunks, iter_records, masked_crc32c, normalize_compression
 from tfrecord_io.core.record_schema import INFER_SAMPLE_RECORDS, Inference, read_sample
@@ -42,8 +45,9 @@ from tfrecord_io.storage.schema_io import load_schema
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Manifest", "ManifestFile", "ShardMismatchError", "ShardReader", "Source", "SourceFile", "infer_files", "infer_files_schema",
-           "iter_file_records", "resolve_source", "shard_mismatch", "sniff_compression"]
+__all__ = ["Manifest", "ManifestFile", "ShardMismatchError", "ShardReader", "Source", "SourceFile", "infer_files",
+           "infer_files_schema", "iter_file_chunks", "iter_file_records", "resolve_source", "shard_mismatch",
+           "sniff_compression"]
 
 
 @dataclass(frozen=True)
@@ -455,12 +459,56 @@ def iter_file_records(file: SourceFile, *, verify: bool = True, report=None,
     first record, its record count and the CRC-32C of its bytes once the last record is read --
     and a difference raises :class:`ShardMismatchError` (never a warning: its records would be
     someone else's)."""
+    yield from _checked(file, check, lambda reader: reader.records(), verify, report)
+
+
+def iter_file_chunks(file: SourceFile, *, max_records: int, min_records: int = 1024, join_bytes: int = 4 << 20,
+                     verify: bool = True, check: bool = True) -> Iterator[tuple[np.ndarray, pa.Array]]:
+    """The records of one file a chunk at a time, no Python object per record: ``(offsets,
+    records)``, each record's byte offset (int64) and the records as an Arrow ``large_binary``
+    array (:func:`~tfrecord_io.core.framing.iter_record_chunks`: at most ``max_records``, about
+    one 1 MiB read).  The chunks of consecutive reads are joined (one copy) while they hold fewer
+    than ``min_records`` records and ``join_bytes`` bytes, up to ``max_records``: a decoder's work
+    per call is spread over enough records, where large ones (SequenceExamples of a few KB) would
+    come a few hundred a read.  Checks and errors are :func:`iter_file_records`'s; a damaged record
+    raises CorruptRecordError after the chunk of the records before it."""
+    from tfrecord_io.core.framing import chunk_records
+
+    held: list[tuple[np.ndarray, pa.Array]] = []
+    count = size = 0
+    try:
+        for offsets, lengths, data in _checked(file, check, lambda reader: reader.chunks(max_records), verify, None):
+            if held and count + len(offsets) > max_records:
+                yield _joined(held)
+                held, count, size = [], 0, 0
+            held.append((offsets, chunk_records(lengths, data)))
+            count, size = count + len(offsets), size + len(data)
+            if count >= min_records or size >= join_bytes:
+                yield _joined(held)
+                held, count, size = [], 0, 0
+    except Exception:  # a damaged record, a file not its manifest's: the records before it first
+        if held:
+            yield _joined(held)
+        raise
+    if held:
+        yield _joined(held)
+
+
+def _joined(held: list[tuple[np.ndarray, pa.Array]]) -> tuple[np.ndarray, pa.Array]:
+    if len(held) == 1:
+        return held[0]
+    return np.concatenate([o for o, _ in held]), pa.concat_arrays([r for _, r in held])
+
+
+def _checked(file: SourceFile, check: bool, read, verify: bool, report) -> Iterator:
+    """What ``read(ShardReader)`` yields, the file checked against its manifest entry before and
+    after (:func:`iter_file_records`)."""
     if check and file.bytes is not None:
         problem = shard_mismatch(file, nbytes=file.size if file.size is not None else fs.size(file.uri))
         if problem is not None:
             raise problem
     reader = ShardReader(file, verify=verify, report=report)
-    yield from reader.records()
+    yield from read(reader)
     problem = reader.mismatch() if check else None
     if problem is not None:
         raise problem
