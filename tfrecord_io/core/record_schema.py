@@ -23,26 +23,38 @@ Per feature (and per feature list, per step):
 (``spark.read.format("tfrecord")``, ``read_batches``): it samples the first records of every
 file (``INFER_SAMPLE_RECORDS`` spread over the files, at least ``INFER_MIN_PER_FILE`` each), and
 while a feature is still unknown reads on, file by file, up to ``INFER_MAX_RECORDS`` in all; a
-feature unknown at that bound is read as a ``string`` list, and a note says so.
+feature unknown at that bound is read as a ``string`` list, and a note says so.  The sample is
+scanned a batch at a time (:meth:`Inference.add_records`: the wire scan, compiled where the core
+runs), which ends in the state the records would make one at a time (:meth:`Inference.add`,
+``decode_record``; ``tests/test_record_inference.py``); the reading on is a record at a time, to
+stop at the record that gives the last unknown feature its kind.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from tfrecord_io.core.decode import DecodedRecord, RecordDecodeError, decode_record
 from tfrecord_io.core.schema import Feature, Schema
+from tfrecord_io.core.wire_scan import KIND_CODE, KIND_NONE, scan_batch
 
 __all__ = ["Inference", "describe_records", "infer_schema", "read_sample"]
 
 _TYPES = {"int64_list": "int64", "float_list": "float"}
+#: The scan's kind codes as :func:`decode_record` names the kinds.
+_KIND_NAMES = {KIND_NONE: None, **{code: name for name, code in KIND_CODE.items()}}
 #: The records sampled from the starts of the files, spread over them, and the least from each file.
 INFER_SAMPLE_RECORDS = 10_000
 INFER_MIN_PER_FILE = 20
 #: The most records read in all while some feature still has no kind.
 INFER_MAX_RECORDS = 200_000
+_SCAN_RECORDS = 4096  # sample records scanned at once
 
 
 @dataclass
@@ -74,6 +86,26 @@ class _Seen:
                 for v in values:
                     v.decode("utf-8")
             except UnicodeDecodeError:
+                self.utf8 = False
+
+    def slots(self, values, where: Callable[[int], tuple]) -> None:
+        """:meth:`feature` of every slot of a scan's :class:`~tfrecord_io.core.wire_scan.Values`
+        (``where(slot)``: the record holding it), at once."""
+        if not len(values.kind):
+            return
+        codes, first_slots, counts = np.unique(values.kind, return_index=True, return_counts=True)
+        order = np.argsort(first_slots)  # the kinds in the order they come (describe's order of a tie)
+        for code, slot, n in zip(codes[order].tolist(), first_slots[order].tolist(), counts[order].tolist()):
+            kind = _KIND_NAMES[code]
+            self.kinds[str(kind)] += n
+            if kind is not None:
+                self.first.setdefault(kind, where(slot))
+        self.values(int(values.counts.min()))
+        self.values(int(values.counts.max()))
+        if self.utf8 and len(values.data):
+            try:
+                values.data.cast(pa.large_string())
+            except pa.ArrowInvalid:
                 self.utf8 = False
 
     def describe(self, name: str, records: int, sequence: bool) -> dict:
@@ -126,6 +158,34 @@ class Inference:
             self.undecodable += 1
             return
         self.add_decoded(decoded, (uri, record, offset))
+
+    def add_records(self, records: Sequence[bytes], uri: str, first: int, offsets: Sequence[int]) -> None:
+        """Records ``first``, ``first + 1``... of ``uri`` at once, as :meth:`add` one at a time would
+        take them: scanned together (:func:`~tfrecord_io.core.wire_scan.scan_batch`, the compiled
+        core's where it runs), not decoded one by one in Python.  A batch with a record the scan
+        leaves to ``decode_record`` (one not in the canonical layout) is added a record at a time."""
+        scan = scan_batch(pa.array(records, pa.binary()))
+        if scan.odd.any():
+            for k, (data, offset) in enumerate(zip(records, offsets)):
+                self.add(data, uri, first + k, offset)
+            return
+
+        def where(record: int) -> tuple:
+            return uri, first + record, offsets[record]
+
+        self.records += scan.n
+        self.sequence |= bool(scan.has_lists.any())
+        for name, sf in scan.features.items():
+            seen = self.feats.setdefault(name, _Seen())
+            seen.present += len(sf.records)
+            seen.slots(sf.values, lambda slot: where(int(sf.records[slot])))
+        for name, sl in scan.feature_lists.items():
+            seen = self.lists.setdefault(name, _Seen())
+            seen.present += len(sl.records)
+            seen.steps(int(sl.steps.min()))
+            seen.steps(int(sl.steps.max()))
+            owner = np.repeat(sl.records, sl.steps)  # the record of each step
+            seen.slots(sl.values, lambda slot: where(int(owner[slot])))
 
     def add_decoded(self, decoded: DecodedRecord, where: tuple | None = None) -> None:
         """One decoded record; ``where`` (file, record, byte offset) names it in a conflict."""
@@ -230,11 +290,19 @@ def read_sample(uris: Sequence[str], records_of: Callable[[str], Iterable[tuple[
     inference = Inference(skip_undecodable=skip_undecodable)
     inference.bound = max_records
     per_file = max(min_per_file, sample // max(1, len(uris)))
-    for uri in uris:  # the first records of every file
-        for k, (offset, data) in enumerate(records_of(uri)):
-            if k >= per_file:
-                break
-            inference.add(data, uri, k, offset)
+    for uri in uris:  # the first records of every file, scanned _SCAN_RECORDS at a time
+        datas: list[bytes] = []
+        offsets: list[int] = []
+        taken = 0
+        for offset, data in itertools.islice(records_of(uri), per_file):
+            datas.append(data)
+            offsets.append(offset)
+            taken += 1
+            if len(datas) == _SCAN_RECORDS:
+                inference.add_records(datas, uri, taken - len(datas), offsets)
+                datas, offsets = [], []
+        if datas:
+            inference.add_records(datas, uri, taken - len(datas), offsets)
     for uri in uris:  # then on, while a feature has no kind
         if not inference.unknown or inference.records >= max_records:
             break
