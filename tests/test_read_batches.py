@@ -188,6 +188,26 @@ def test_decode_threads_meet_a_damaged_file_where_one_thread_does(tmp_path, skip
     assert ids[:15_000] == list(range(15_000)) and (not skip or ids[-50:] == list(range(30_000, 30_050)))
 
 
+def test_decode_threads_give_the_records_before_a_shard_that_is_not_the_manifests(tmp_path):
+    """The first shard replaced by one of the same size and record lengths (other floats): the
+    error comes after its last record (the CRC-32C of its bytes), and every one of its records
+    comes before it, whatever the threads."""
+    from tfrecord_io.storage.sources import ShardMismatchError
+
+    base = write(str(tmp_path / "out"), [(0, 30_000), (30_000, 500)])
+    cols = rows(0, 30_000)
+    cols["x"] = [None if v is None else v * 2 for v in cols["x"]]
+    output.write_output(str(tmp_path / "twin"), [[encoded(cols)]], schema=SCHEMA, engine="test")
+    first = sorted(p.name for p in Path(base).iterdir() if p.name.startswith("part-"))[0]
+    (tmp_path / "twin" / output.shard_name(0, 1)).replace(Path(base) / first)
+    for threads in (1, 2):
+        ids = []
+        with pytest.raises(ShardMismatchError, match="CRC-32C"):
+            for b in read_batches(base, batch_size=500, decode_threads=threads):
+                ids += b["id"].tolist()
+        assert ids == list(range(30_000)), threads
+
+
 def test_an_abandoned_reader_ends_its_decode_threads(chunks):
     import threading
 

@@ -264,7 +264,8 @@ def _default_threads() -> int:
 
 
 def _in_order(jobs: Iterator[Callable[[], Any]], threads: int) -> Iterator:
-    """The jobs' results (None left out) in the jobs' order, an error at its job's place.
+    """The jobs' results (None left out) in the jobs' order, an error at its job's place (one of
+    making the next job after the results of the jobs made before it).
 
     With ``threads`` > 1 up to that many jobs run at once on a pool of this generator's own while
     the next job is made here (its records read): the compiled decoder leaves the GIL while it
@@ -279,9 +280,17 @@ def _in_order(jobs: Iterator[Callable[[], Any]], threads: int) -> Iterator:
                 yield result
         return
     pending: collections.deque[Future] = collections.deque()
+    failed: Exception | None = None
     with ThreadPoolExecutor(threads, thread_name_prefix="tfrecord-io-decode") as pool:
         try:
-            for job in jobs:
+            while True:
+                try:
+                    job = next(jobs)
+                except StopIteration:
+                    break
+                except Exception as e:  # reading failed (a file not its manifest's, I/O): the
+                    failed = e          # chunks read before it come first, as on one thread
+                    break
                 pending.append(pool.submit(job))
                 while len(pending) > threads or (pending and pending[0].done()):
                     result = pending.popleft().result()
@@ -291,6 +300,8 @@ def _in_order(jobs: Iterator[Callable[[], Any]], threads: int) -> Iterator:
                 result = pending.popleft().result()
                 if result is not None:
                     yield result
+            if failed is not None:
+                raise failed
         finally:  # the consumer stopped early, or a job failed: the queued jobs do not run
             for future in pending:
                 future.cancel()
