@@ -19,12 +19,18 @@ NATIVE := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
 .PHONY: setup demo test check bench fuzz hadoop flink clean
 
+# The install is tried three times, each resuming a broken download up to 20 times: TensorFlow's wheel is
+# 570 MB, and one dropped connection used to fail a CI run after 11 s.
 # PYTHONWARNINGS silences setuptools' editable-install banner ("Editable installation. ... folders in your
 # working directory with the same name as your package ..."), which pip shows even with --quiet.
 $(STAMP): setup.cfg pyproject.toml $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[all,test]'
+	for try in 1 2 3; do \
+	  PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --resume-retries 20 \
+	    -e '.[all,test]' && break; \
+	  test $$try -lt 3 && echo "pip install failed (try $$try of 3): trying again" >&2 || exit 1; \
+	done
 	@touch $@
 
 # The Apache Hadoop 3.5.0 jars for the local HDFS, resolved by Maven into ~/.cache/tfrecord-io.
