@@ -28,6 +28,7 @@ use pyo3::BoundObject;
 
 use crate::buffers::{check_offsets, slice};
 use crate::scratch;
+use crate::varint;
 
 /// Kind codes (`wire_scan.KIND_*`): no kind set, then the field numbers of the three lists.
 const KIND_NONE: u8 = 0;
@@ -197,6 +198,20 @@ impl Acc {
         room(&mut self.data, n);
     }
 
+    /// A slot of `kind` and `count` values (its values already pushed).  Most slots of a column
+    /// repeat the kind and count of all before them: both runs go on by one compare.
+    #[inline(always)]
+    fn slot(&mut self, kind: u8, count: u64) {
+        let (k, c) = (&mut self.kind, &mut self.counts);
+        if k.vec.is_none() && c.vec.is_none() && k.n > 0 && k.first == kind && c.first == count {
+            k.n += 1;
+            c.n += 1;
+        } else {
+            k.push(kind);
+            c.push(count);
+        }
+    }
+
     /// Drop the last slot and its values.
     fn pop_slot(&mut self) {
         let (Some(kind), Some(count)) = (self.kind.pop(), self.counts.pop()) else { return };
@@ -263,32 +278,35 @@ struct Keys<'a> {
     ids: HashMap<&'a [u8], u32>,
     keys: Vec<Key>,
     accs: Vec<Acc>,
-    /// The entries of the previous region in order, and of this one (their header -- the bytes
-    /// before the value --, key, id and length): records from one writer hold the same keys in the
-    /// same order, most with the same header, known by a compare instead of a parse and a hash.
-    prev: Vec<Cached<'a>>,
-    cur: Vec<Cached<'a>>,
+    /// The k-th entry last seen at each place k of a region (its header -- the bytes before the
+    /// value --, key, id and length): records from one writer hold the same keys in the same
+    /// order, most with the same header, known by a compare instead of a parse and a hash.  Only
+    /// an entry that differs from the one remembered at its place is written.
+    seen: Vec<Cached<'a>>,
 }
 
-/// An entry as `Keys::entries` remembers it for the next region.
+/// An entry as `Keys::entry` remembers it for the next regions.
 #[derive(Clone, Copy)]
 struct Cached<'a> {
     header: &'a [u8],
     key: &'a [u8],
     id: u32,
     len: usize,
+    /// Both lengths in the header one byte: `0A <entry length> <mid> <value length>`, `mid` the
+    /// key's field and the value's tag.
+    short: bool,
 }
 
 impl<'a> Keys<'a> {
     fn new(asked: Option<Vec<String>>) -> Self {
         Keys { asked: asked.map(|a| a.into_iter().collect()), ids: HashMap::new(), keys: Vec::new(),
-               accs: Vec::new(), prev: Vec::new(), cur: Vec::new() }
+               accs: Vec::new(), seen: Vec::new() }
     }
 
     /// The id of key `key`, the `k`-th of its region.
     #[inline]
     fn id(&mut self, k: usize, key: &'a [u8]) -> u32 {
-        if let Some(c) = self.prev.get(k) {
+        if let Some(c) = self.seen.get(k) {
             if same(c.key, key) {
                 return c.id;
             }
@@ -316,12 +334,22 @@ impl<'a> Keys<'a> {
     /// or None when it is not a well-formed entry.
     #[inline(always)]
     fn entry(&mut self, buf: &'a [u8], q: usize, e: usize, k: usize) -> Option<(u32, usize, usize)> {
-        // the previous region's k-th entry had this header: the same entry structure
-        if let Some(&c) = self.prev.get(k) {
-            let be = q + c.len;
-            if be <= e && buf.get(q..q + c.header.len()).is_some_and(|h| same(h, c.header)) {
-                self.cur.push(Cached { header: &buf[q..q + c.header.len()], ..c });
-                return Some((c.id, q + c.header.len(), be));
+        // the k-th entry seen last had this header: the same entry structure
+        if let Some(&c) = self.seen.get(k) {
+            let hl = c.header.len();
+            if c.short {
+                // the same key field and value tag, and one-byte lengths that agree (the entry
+                // holds the header's rest and the value): the same structure, whatever the value's
+                // length (an int64's varints vary from record to record)
+                if let Some(h) = buf.get(q..q + hl) {
+                    let (el, vl) = (h[1] as usize, h[hl - 1] as usize);
+                    if el < 0x80 && vl < 0x80 && el == hl - 2 + vl && q + 2 + el <= e
+                        && same(&h[2..hl - 1], &c.header[2..hl - 1]) {
+                        return Some((c.id, q + hl, q + 2 + el));
+                    }
+                }
+            } else if q + c.len <= e && buf.get(q..q + hl).is_some_and(|h| same(h, c.header)) {
+                return Some((c.id, q + hl, q + c.len));
             }
         }
         // 0A <entry length> 0A <key length> <key> 12 <value length> <value>, nothing else
@@ -334,7 +362,11 @@ impl<'a> Keys<'a> {
         }
         let key = &buf[ks..ke];
         let id = self.id(k, key);
-        self.cur.push(Cached { header: &buf[q..vs], key, id, len: be - q });
+        let c = Cached { header: &buf[q..vs], key, id, len: be - q, short: bs == q + 2 && vs == ke + 2 };
+        match self.seen.get_mut(k) {
+            Some(place) => *place = c,
+            None => self.seen.push(c),
+        }
         Some((id, vs, be))
     }
 
@@ -345,8 +377,6 @@ impl<'a> Keys<'a> {
     /// not a field 1 of a length within the region.
     fn entries(&mut self, buf: &'a [u8], s: usize, e: usize, r: usize, out: &mut Vec<(u32, usize, usize)>,
                touched: &mut Vec<usize>) -> bool {
-        std::mem::swap(&mut self.prev, &mut self.cur);
-        self.cur.clear();
         out.clear();
         let mut ok = true;
         let (mut q, mut k) = (s, 0);
@@ -393,11 +423,21 @@ impl<'a> Keys<'a> {
 
 /// Packed varints at [ps, pe): how many, each into `out` (None: checked only); None when the
 /// last is cut or one is longer than 10 bytes.
-#[inline]
+#[inline(always)]
 fn varints(buf: &[u8], ps: usize, pe: usize, mut out: Option<&mut Vec<u64>>) -> Option<u64> {
     let start = out.as_ref().map_or(0, |o| o.len());
     let (mut q, mut count) = (ps, 0);
     while q < pe {
+        // most varints are read by one load (`varint::get`); the rest (the last bytes of a
+        // batch, a cut or an overlong one) byte by byte
+        if let Some((v, next)) = varint::get(buf, q, pe) {
+            if let Some(o) = out.as_deref_mut() {
+                o.push(v);
+            }
+            q = next;
+            count += 1;
+            continue;
+        }
         let mut v = 0u64;
         let mut i = 0;
         loop {
@@ -423,6 +463,14 @@ fn varints(buf: &[u8], ps: usize, pe: usize, mut out: Option<&mut Vec<u64>>) -> 
     Some(count)
 }
 
+/// Whether the first four bytes of a `Feature` of `w` bytes (4 to 129) are a list's tag, the
+/// list's length `w - 2`, its one field's tag 0A and that field's length `w - 4`: one compare.
+#[inline(always)]
+fn usual(head: &[u8], w: usize) -> bool {
+    let got = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) & 0xFFFF_FF00;
+    got == (((w as u32 - 2) << 8) | (0x0A << 16) | ((w as u32 - 4) << 24))
+}
+
 /// One `Feature` at [vs, ve): its kind, count and values into `acc` (None: its structure
 /// checked only); false, and nothing added, when it is not canonical.
 #[inline(always)]
@@ -430,21 +478,19 @@ fn feature(buf: &[u8], vs: usize, ve: usize, acc: Option<&mut Acc>) -> bool {
     // The usual Feature, known from its first four bytes: its kind's tag, the list's length, the
     // list's one field (tag 0A) and that field's length, both lengths under 128.
     let w = ve - vs;
-    if (4..=129).contains(&w) && buf[vs + 1] as usize == w - 2 && buf[vs + 2] == 0x0A && buf[vs + 3] as usize == w - 4 {
+    if (4..=129).contains(&w) && usual(&buf[vs..vs + 4], w) {
         let (ps, pe) = (vs + 4, ve);
         match (buf[vs], acc) {
             (0x12, acc) if w % 4 == 0 => {
                 if let Some(acc) = acc {
                     acc.floats.extend(buf[ps..pe].chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
-                    acc.kind.push(KIND_FLOAT);
-                    acc.counts.push((w as u64 - 4) / 4);
+                    acc.slot(KIND_FLOAT, (w as u64 - 4) / 4);
                 }
                 return true;
             }
             (0x1A, Some(acc)) => {
                 if let Some(c) = varints(buf, ps, pe, Some(&mut acc.ints)) {
-                    acc.kind.push(KIND_INT64);
-                    acc.counts.push(c);
+                    acc.slot(KIND_INT64, c);
                     return true;
                 }
                 return false;
@@ -454,8 +500,7 @@ fn feature(buf: &[u8], vs: usize, ve: usize, acc: Option<&mut Acc>) -> bool {
                 if let Some(acc) = acc {
                     acc.data.extend_from_slice(&buf[ps..pe]);
                     acc.offsets.push(acc.data.len() as u64);
-                    acc.kind.push(KIND_BYTES);
-                    acc.counts.push(1);
+                    acc.slot(KIND_BYTES, 1);
                 }
                 return true;
             }
@@ -470,8 +515,7 @@ fn feature(buf: &[u8], vs: usize, ve: usize, acc: Option<&mut Acc>) -> bool {
 fn general_feature(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) -> bool {
     if vs == ve {
         if let Some(a) = acc {
-            a.kind.push(KIND_NONE);
-            a.counts.push(0);
+            a.slot(KIND_NONE, 0);
         }
         return true;
     }
@@ -531,8 +575,7 @@ fn general_feature(buf: &[u8], vs: usize, ve: usize, mut acc: Option<&mut Acc>) 
         }
     };
     if let Some(a) = acc {
-        a.kind.push(kind);
-        a.counts.push(count);
+        a.slot(kind, count);
     }
     true
 }
@@ -663,17 +706,29 @@ fn bytearray<'py>(py: Python<'py>, v: &[u8]) -> PyResult<Bound<'py, PyByteArray>
 /// Little-endian int64 items (the values are int64 bits held as u64).
 fn i64s<'py>(py: Python<'py>, v: &[u64]) -> PyResult<Bound<'py, PyByteArray>> {
     PyByteArray::new_with(py, 8 * v.len(), |out| {
-        for (o, x) in out.chunks_exact_mut(8).zip(v) {
-            o.copy_from_slice(&x.to_le_bytes());
+        if cfg!(target_endian = "little") {
+            // the vector's own bytes are the items: one copy, not a loop over them.  SAFETY: the
+            // bytes of `v` (integers: no padding, any bit pattern), read while `v` is borrowed
+            out.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), 8 * v.len()) });
+        } else {
+            for (o, x) in out.chunks_exact_mut(8).zip(v) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
         }
         Ok(())
     })
 }
 
+/// Little-endian 32-bit items (floats as their bits).
 fn u32s<'py>(py: Python<'py>, v: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
     PyByteArray::new_with(py, 4 * v.len(), |out| {
-        for (o, x) in out.chunks_exact_mut(4).zip(v) {
-            o.copy_from_slice(&x.to_le_bytes());
+        if cfg!(target_endian = "little") {
+            // SAFETY: as in `i64s`
+            out.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), 4 * v.len()) });
+        } else {
+            for (o, x) in out.chunks_exact_mut(4).zip(v) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
         }
         Ok(())
     })
