@@ -176,7 +176,8 @@ def inputs(data):
 
 
 def _entry_marks(entry: str):
-    return pytest.param(entry, marks=pytest.mark.spark) if "spark" in entry else entry
+    # Spark's need a JVM; Beam's are whole conversions of several seconds (make test runs them)
+    return pytest.param(entry, marks=pytest.mark.spark if "spark" in entry else pytest.mark.slow)
 
 
 @pytest.mark.parametrize("entry", [_entry_marks(e) for e in TABLE_ENTRY_POINTS], ids=TABLE_ENTRY_POINTS)

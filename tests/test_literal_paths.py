@@ -50,6 +50,7 @@ def test_an_input_named_like_a_pattern_is_that_file_and_a_pattern_still_globs(tm
     assert _ids(str(tmp_path / "globbed")) == list(range(100, 105))
 
 
+@pytest.mark.slow  # a conversion, then every reader (TensorFlow's included) in turn
 def test_an_output_with_pattern_characters_in_its_name_reads_back_with_every_reader(tmp_path):
     from tfrecord_io import make_dataset
 

@@ -51,6 +51,7 @@ def _holder(out: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # a held conversion killed, and four CLI conversions after it
 def test_a_second_conversion_is_refused_naming_the_first_then_a_dead_ones_staging_needs_overwrite(data, tmp_path):
     csv, schema = data
     out = tmp_path / "out"

@@ -39,6 +39,7 @@ def _run(out: str, script: str = SCRIPT, **env) -> subprocess.CompletedProcess:
                           timeout=300, env={**clean, **env})
 
 
+@pytest.mark.slow  # a fresh interpreter starts TensorFlow and trains: several seconds
 def test_the_loader_keras_inputs_and_backups_print_nothing_of_tensorflows_start(out):
     proc = _run(out)
     assert proc.returncode == 0, proc.stderr
@@ -47,6 +48,7 @@ def test_the_loader_keras_inputs_and_backups_print_nothing_of_tensorflows_start(
     assert noise == [], "\n".join(noise)
 
 
+@pytest.mark.slow
 def test_a_log_level_the_user_set_is_theirs(out):
     proc = _run(out, "import tfrecord_io; tfrecord_io.make_dataset({out!r}, batch_size=50)", TF_CPP_MIN_LOG_LEVEL="0")
     assert proc.returncode == 0, proc.stderr
