@@ -1077,10 +1077,14 @@ def _compiled_values(kind, counts, floats, ints, offsets, data) -> Values:
     """The :class:`Values` of a feature from the compiled scan (its bytearrays wrapped, not copied)."""
     one = kind[1] if isinstance(kind[1], int) and counts[1] == 1 else None
     kind = _compiled_column(kind, np.uint8)
+    data = (_NO_BYTES if len(offsets) == 8 else  # a numeric feature's: no bytes values (offsets [0])
+            pa.Array.from_buffers(pa.large_binary(), len(offsets) // 8 - 1, [None, pa.py_buffer(offsets),
+                                                                          pa.py_buffer(data)]))
     return Values(kind, _compiled_column(counts, np.int64), np.frombuffer(floats, "<f4"), np.frombuffer(ints, np.int64),
-                  pa.Array.from_buffers(pa.large_binary(), len(offsets) // 8 - 1,
-                                        [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
-                  _run(len(kind), False, bool), one=one)
+                  data, _run(len(kind), False, bool), one=one)
+
+
+_NO_BYTES = pa.array([], pa.large_binary())
 
 
 def _compiled_scan(compiled, wire: Wire, features: Collection[str] | None,
