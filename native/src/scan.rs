@@ -703,35 +703,32 @@ fn bytearray<'py>(py: Python<'py>, v: &[u8]) -> PyResult<Bound<'py, PyByteArray>
     Ok(PyByteArray::new(py, v))
 }
 
-/// Little-endian int64 items (the values are int64 bits held as u64).
-fn i64s<'py>(py: Python<'py>, v: &[u64]) -> PyResult<Bound<'py, PyByteArray>> {
-    PyByteArray::new_with(py, 8 * v.len(), |out| {
+/// Integers (`u32` / `u64`: no padding, any bit pattern) as a bytearray of their little-endian
+/// bytes: on a little-endian host one copy of the vector's own bytes, not a loop over the items.
+fn le_items<'py, T: Copy, const N: usize>(py: Python<'py>, v: &[T], to_le: fn(T) -> [u8; N])
+    -> PyResult<Bound<'py, PyByteArray>> {
+    const { assert!(std::mem::size_of::<T>() == N) };
+    PyByteArray::new_with(py, N * v.len(), |out| {
         if cfg!(target_endian = "little") {
-            // the vector's own bytes are the items: one copy, not a loop over them.  SAFETY: the
-            // bytes of `v` (integers: no padding, any bit pattern), read while `v` is borrowed
-            out.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), 8 * v.len()) });
+            // SAFETY: the N * len bytes of `v` (integers of N bytes), read while `v` is borrowed
+            out.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), N * v.len()) });
         } else {
-            for (o, x) in out.chunks_exact_mut(8).zip(v) {
-                o.copy_from_slice(&x.to_le_bytes());
+            for (o, &x) in out.chunks_exact_mut(N).zip(v) {
+                o.copy_from_slice(&to_le(x));
             }
         }
         Ok(())
     })
 }
 
+/// Little-endian int64 items (the values are int64 bits held as u64).
+fn i64s<'py>(py: Python<'py>, v: &[u64]) -> PyResult<Bound<'py, PyByteArray>> {
+    le_items(py, v, u64::to_le_bytes)
+}
+
 /// Little-endian 32-bit items (floats as their bits).
 fn u32s<'py>(py: Python<'py>, v: &[u32]) -> PyResult<Bound<'py, PyByteArray>> {
-    PyByteArray::new_with(py, 4 * v.len(), |out| {
-        if cfg!(target_endian = "little") {
-            // SAFETY: as in `i64s`
-            out.copy_from_slice(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), 4 * v.len()) });
-        } else {
-            for (o, x) in out.chunks_exact_mut(4).zip(v) {
-                o.copy_from_slice(&x.to_le_bytes());
-            }
-        }
-        Ok(())
-    })
+    le_items(py, v, u32::to_le_bytes)
 }
 
 /// A `Col` as Python takes it: (its length, its one value or None for a record index equal to
